@@ -1,0 +1,209 @@
+"""The immutable values a layer spec parses into.
+
+A :class:`Spec` is a tuple of items, bottom layer first. An item is a plain
+:class:`Segment` (``B*7``) or a :class:`Block` (``INTER(...)``, ``EXTRA(...)``,
+``EXTEND(...)``) holding plain segments. ``str()`` prints the canonical spec text and
+``repr()`` is Python that rebuilds the value::
+
+    >>> from nosink.layerspec import parse_spec
+    >>> spec = parse_spec("fwd* | bidir*7|m0b*3")
+    >>> str(spec)
+    'F* | B*7 | M0B*3'
+    >>> spec
+    Spec((Segment(Kind('F'), None), Segment(Kind('B'), 7), Segment(Kind('B', sink=0), 3)))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .errors import SpecError
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+__all__ = ["MAX_COUNT", "MAX_SINK", "Block", "BlockOp", "Direction", "Item", "Kind", "Segment", "Spec"]
+
+Direction = Literal["F", "B", "R"]
+BlockOp = Literal["INTER", "EXTRA", "EXTEND"]
+
+MAX_COUNT = 4096  # more layers than any decoder has; keeps typos like F*99999999 from allocating plans
+MAX_SINK = 1_000_000  # M<n> beyond any context length is already the reverse-causal mask
+
+_DIRECTIONS = ("F", "B", "R")
+_BLOCK_OPS = ("INTER", "EXTRA", "EXTEND")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one layer attends.
+
+    Attributes:
+        direction: ``'F'`` forward (causal), ``'B'`` bidirectional, ``'R'`` backward
+            (reverse causal).
+        sink: ``None`` for a plain layer; ``n`` for the sink mask ``M<n>``, which hides
+            the row's first ``n + 1`` tokens from every query after them. Only ``F`` and
+            ``B`` take a sink mask (a backward layer already hides every earlier token).
+    """
+
+    direction: Direction
+    sink: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction not in _DIRECTIONS:
+            raise SpecError(f"unknown layer direction {self.direction!r}", expected="one of 'F', 'B', 'R'")
+        if self.sink is not None:
+            if isinstance(self.sink, bool) or not isinstance(self.sink, int) or not 0 <= self.sink <= MAX_SINK:
+                raise SpecError(f"sink size {self.sink!r} is not an integer from 0 to {MAX_SINK}")
+            if self.direction == "R":
+                raise SpecError("a sink mask M<n> applies to F or B layers, not R (R already hides earlier tokens)")
+
+    def __str__(self) -> str:
+        return self.direction if self.sink is None else f"M{self.sink}{self.direction}"
+
+    def __repr__(self) -> str:
+        return f"Kind({self.direction!r})" if self.sink is None else f"Kind({self.direction!r}, sink={self.sink})"
+
+    @property
+    def is_causal(self) -> bool:
+        """True for the stock decoder's own mask (plain forward)."""
+        return self.direction == "F" and self.sink is None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``count`` consecutive layers of one kind; ``count=None`` fills the depth left over."""
+
+    kind: Kind
+    count: int | None = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, Kind):
+            raise SpecError(f"a segment's kind must be a Kind, got {type(self.kind).__name__}")
+        if self.count is not None and (
+            isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_COUNT
+        ):
+            raise SpecError(f"layer count {self.count!r} is not an integer from 1 to {MAX_COUNT}")
+
+    def __str__(self) -> str:
+        if self.count is None:
+            return f"{self.kind}*"
+        return str(self.kind) if self.count == 1 else f"{self.kind}*{self.count}"
+
+    def __repr__(self) -> str:
+        return f"Segment({self.kind!r}, {self.count!r})"
+
+    @property
+    def is_fill(self) -> bool:
+        """True for the count-less segment that fills the remaining depth."""
+        return self.count is None
+
+
+@dataclass(frozen=True)
+class Block:
+    """A combinator over plain segments: ``INTER(S)``, ``EXTRA(S)`` or ``EXTEND(S)``."""
+
+    op: BlockOp
+    segments: tuple[Segment, ...]
+
+    def __post_init__(self) -> None:
+        if self.op not in _BLOCK_OPS:
+            raise SpecError(f"unknown combinator {self.op!r}", expected="one of INTER, EXTRA, EXTEND")
+        object.__setattr__(self, "segments", tuple(self.segments))
+        if not self.segments:
+            raise SpecError(f"{self.op}() is empty", expected="at least one layer inside")
+        for seg in self.segments:
+            if not isinstance(seg, Segment):
+                raise SpecError(f"{self.op}(...) holds plain segments only, got {type(seg).__name__}")
+            if seg.is_fill and self.op != "INTER":
+                raise SpecError(f"a count-less segment cannot go inside {self.op}(...): it has no depth to fill")
+
+    def __str__(self) -> str:
+        return f"{self.op}({' | '.join(map(str, self.segments))})"
+
+    def __repr__(self) -> str:
+        return f"Block({self.op!r}, {self.segments!r})"
+
+
+Item = Segment | Block
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed layer spec: items from the bottom layer (next to the embeddings) up.
+
+    Build one with :func:`~nosink.layerspec.parse_spec`, a preset, or directly::
+
+        >>> Spec((Segment(Kind("F"), None), Segment(Kind("R"), 2)))
+        Spec((Segment(Kind('F'), None), Segment(Kind('R'), 2)))
+
+    Raises:
+        SpecError: for two count-less segments, or ``EXTEND`` anywhere but last.
+    """
+
+    items: tuple[Item, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "items", tuple(self.items))
+        check_items(self.items)
+
+    def __str__(self) -> str:
+        return " | ".join(map(str, self.items))
+
+    def __repr__(self) -> str:
+        return f"Spec({self.items!r})"
+
+    def resolve(self, depth: int) -> Plan:
+        """Compile this spec for a decoder of ``depth`` layers; see :func:`~nosink.layerspec.plan.resolve`.
+
+        Raises:
+            SpecError: if the spec does not fit ``depth``.
+        """
+        from .plan import resolve
+
+        return resolve(self, depth)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """Every plain segment, inside blocks or not, in order."""
+        out: list[Segment] = []
+        for item in self.items:
+            out.extend(item.segments if isinstance(item, Block) else (item,))
+        return tuple(out)
+
+    @property
+    def kinds(self) -> frozenset[Kind]:
+        """The layer kinds used anywhere in the spec (the INTER forward stream adds ``F``)."""
+        kinds = {seg.kind for seg in self.segments}
+        if any(isinstance(item, Block) and item.op == "INTER" for item in self.items):
+            kinds.add(Kind("F"))
+        return frozenset(kinds)
+
+
+def check_items(items: Sequence[object], text: str = "", columns: Sequence[int] | None = None) -> None:
+    """Check the rules that span items; ``columns`` (one per item) locate errors in ``text``.
+
+    Raises:
+        SpecError: for an empty spec, a non-item, two count-less segments, or an
+            ``EXTEND`` that is not last.
+    """
+
+    def col(i: int) -> int | None:
+        return columns[i] if columns is not None else None
+
+    if not items:
+        raise SpecError("empty spec", text, 1 if columns is not None else None, "at least one layer such as 'F*'")
+    fills = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, (Segment, Block)):
+            raise SpecError(f"a spec holds Segment and Block items, got {type(item).__name__}")
+        segs = item.segments if isinstance(item, Block) else (item,)
+        fills += sum(seg.is_fill for seg in segs)
+        if fills > 1:
+            raise SpecError(
+                "a second count-less segment", text, col(i), "a count such as '*3': only one segment may fill the depth"
+            )
+        if isinstance(item, Block) and item.op == "EXTEND" and i != len(items) - 1:
+            raise SpecError("EXTEND(...) must be the last item", text, col(i), "nothing after EXTEND(...)")

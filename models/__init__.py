@@ -1,0 +1,1 @@
+"""The encoder module built from a decoder and a layer spec."""
