@@ -5,6 +5,7 @@ The layer-spec language lives in :mod:`nosink.layerspec`, the encoder module in
 """
 
 from nosink.layerspec import Spec, SpecError, parse_spec, presets
+from nosink.models import EncoderFromDecoder, UnsupportedModelError
 
-__all__ = ["Spec", "SpecError", "parse_spec", "presets"]
+__all__ = ["EncoderFromDecoder", "Spec", "SpecError", "UnsupportedModelError", "parse_spec", "presets"]
 __version__ = "0.1.0"

@@ -1,0 +1,349 @@
+"""EncoderFromDecoder: the paper's Algorithm 1 as an explicit module over a decoder's own layers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from nosink.layerspec import Fork, Kind, LayerStep, Merge, Spec, additive_mask, build_mask, parse_spec
+from nosink.layerspec.masks import relative_positions
+from torch import nn
+from tqdm.auto import tqdm
+
+from .families import DecoderParts
+from .pooling import POOLINGS, Pooling, pool
+
+__all__ = ["EncoderFromDecoder", "EncoderOutput"]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT = 1  # version of the nosink.json layout written by save_pretrained
+
+
+@dataclass
+class EncoderOutput:
+    """What :meth:`EncoderFromDecoder.forward` returns.
+
+    Attributes:
+        last_hidden_state: ``(B, T, D)`` token states after the final norm.
+        attention_mask: ``(B, T)`` the mask the batch ran with (1 = real token).
+        hidden_states: the main stream before the first layer and after each of its layer
+            steps (no final norm), when asked for; else ``None``.
+    """
+
+    last_hidden_state: torch.Tensor
+    attention_mask: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+class EncoderFromDecoder(nn.Module):
+    """A text encoder that runs a decoder's own layers, each with the mask its spec gives it.
+
+    The module owns the layer loop: embeddings, then each step of the resolved plan (a
+    decoder layer with an explicit mask, or a fork or merge of streams), then the final norm.
+    Its parameters *are* the decoder's tensors, whatever the spec.
+
+    Args:
+        decoder: a transformers decoder of a supported family (with or without LM head).
+        spec: a layer spec string (``"F* | B*7 | M0B*3"``) or a parsed :class:`Spec`.
+        tokenizer: the decoder's tokenizer; needed by :meth:`encode`.
+        sink_token: what goes before the instruction and text. ``"auto"`` puts the tokenizer's
+            BOS token first when it has one (Llama-style tokenizers add it anyway), so the
+            attention sink is a special token rather than the first word; ``"none"`` adds
+            nothing (the first instruction or text token becomes the sink); any other string
+            is a token to put first. The added token is never pooled.
+
+    Raises:
+        SpecError: if the spec is malformed or does not fit the decoder's depth.
+        UnsupportedModelError: for an unsupported family or attention backend.
+    """
+
+    def __init__(
+        self,
+        decoder: nn.Module,
+        spec: str | Spec,
+        tokenizer: Any = None,
+        *,
+        sink_token: str = "auto",
+    ) -> None:
+        super().__init__()
+        self.parts = DecoderParts(decoder)
+        self.decoder = self.parts.model  # a submodule, so the encoder's parameters are the decoder's
+        self.spec = parse_spec(spec) if isinstance(spec, str) else spec
+        if not isinstance(self.spec, Spec):
+            raise TypeError(f"spec must be a string or a Spec, got {type(spec).__name__}")
+        self.plan = self.spec.resolve(self.parts.depth)
+        self.tokenizer = tokenizer
+        self.sink_token = sink_token
+        # The mask each layer step runs with: its kind, plus the stock sliding window for plain forward layers
+        # (converted layers drop the window). One mask per distinct key is built per batch.
+        self._step_masks: dict[int, tuple[Kind, int | None]] = {
+            i: (s.kind, self.parts.windows[s.layer] if s.kind.is_causal else None)
+            for i, s in enumerate(self.plan.steps)
+            if isinstance(s, LayerStep)
+        }
+        self.eval()
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_model(cls, model: nn.Module, spec: str | Spec, tokenizer: Any = None, **kwargs: Any) -> EncoderFromDecoder:
+        """Wrap a decoder already in memory; the encoder shares its tensors (no copy).
+
+        Raises:
+            SpecError: if the spec does not fit the model.
+            UnsupportedModelError: for an unsupported family or attention backend.
+        """
+        return cls(model, spec, tokenizer, **kwargs)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path,
+        spec: str | Spec | None = None,
+        *,
+        dtype: torch.dtype | str | None = None,
+        device: torch.device | str | None = None,
+        attn_implementation: str = "sdpa",
+        sink_token: str | None = None,
+        **hf_kwargs: Any,
+    ) -> EncoderFromDecoder:
+        """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
+
+        Args:
+            name_or_path: a hub model id, a local transformers folder, or a saved encoder folder.
+            spec: the layer spec; required unless loading a saved encoder (whose spec it replaces).
+            dtype: weights' dtype (``torch.bfloat16``, ``"float32"``, ...); the checkpoint's by default.
+            device: where to put the model.
+            attn_implementation: ``"sdpa"`` (default) or ``"eager"`` (needed for attention weights).
+            sink_token: see the class docstring; a saved encoder keeps its own unless given.
+            **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
+
+        Raises:
+            ValueError: if no spec is given for a plain decoder.
+            OSError: if a saved folder's files are missing, corrupted or do not match its config.
+            SpecError: if the spec is malformed or does not fit the model.
+        """
+        from .saving import load_decoder
+
+        decoder, tokenizer, saved = load_decoder(
+            name_or_path, dtype=dtype, attn_implementation=attn_implementation, **hf_kwargs
+        )
+        if spec is None:
+            if saved is None:
+                raise ValueError(
+                    f"{name_or_path} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
+                    "or spec=nosink.presets.mask0_bidir(k=4)"
+                )
+            spec = saved["spec"]
+        if sink_token is None:
+            sink_token = saved.get("sink_token", "auto") if saved else "auto"
+        encoder = cls(decoder, spec, tokenizer, sink_token=sink_token)
+        return encoder.to(device) if device is not None else encoder
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the spec, the decoder's weights (safetensors), its config and the tokenizer.
+
+        :meth:`from_pretrained` on the folder rebuilds the same encoder without the original model.
+        """
+        from .saving import save_encoder
+
+        save_encoder(self, Path(directory), {"format": _FORMAT, "spec": str(self.spec), "sink_token": self.sink_token})
+
+    # ------------------------------------------------------------------ the layer loop
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """Encode a padded batch of token ids.
+
+        Args:
+            input_ids: ``(B, T)`` token ids, padded on either side.
+            attention_mask: ``(B, T)``, 1 for real tokens and 0 for padding; all ones if omitted.
+            output_hidden_states: also return the main stream after each of its layer steps.
+
+        Raises:
+            ValueError: for shapes or masks that do not fit.
+        """
+        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
+        if input_ids.shape[1] == 0:
+            raise ValueError("input_ids has no tokens (sequence length 0)")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask {tuple(attention_mask.shape)} does not match input_ids {tuple(input_ids.shape)}"
+            )
+        device = self.parts.embed_tokens.weight.device
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = relative_positions(attention_mask).clamp(min=0)  # (B, T), counted from each row's first token
+
+        hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
+        context = self.parts.position_context(hidden, position_ids)
+        masks = self._build_masks(attention_mask, hidden.dtype)
+        streams = {"main": hidden}
+        history = [hidden] if output_hidden_states else None
+        for i, step in enumerate(self.plan.steps):
+            if isinstance(step, LayerStep):
+                mask = masks[self._step_masks[i]]
+                streams[step.stream] = self.parts.call_layer(
+                    step.layer, streams[step.stream], mask, context, position_ids
+                )
+                if history is not None and step.stream == "main":
+                    history.append(streams["main"])
+            elif isinstance(step, Fork):
+                streams[step.target] = streams[step.source]  # layers never write in place, so no copy
+            elif isinstance(step, Merge):
+                streams[step.target] = streams[step.target] + streams.pop(step.source)
+        out = self.parts.norm(streams["main"])
+        return EncoderOutput(out, attention_mask, tuple(history) if history is not None else None)
+
+    def _build_masks(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> dict[tuple[Kind, int | None], Any]:
+        eager = self.parts.attn_implementation == "eager"
+        masks = {}
+        for kind, window in set(self._step_masks.values()):
+            mask = build_mask(kind, attention_mask, sliding_window=window)  # (B, 1, T, T) bool
+            masks[(kind, window)] = additive_mask(mask, dtype) if eager else mask
+        return masks
+
+    # ------------------------------------------------------------------ texts in, vectors out
+
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        instruction: str | None = None,
+        *,
+        pooling: Pooling = "mean",
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        output_value: Literal["sentence_embedding", "token_embeddings"] = "sentence_embedding",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        normalize_embeddings: bool = False,
+        max_length: int = 512,
+        padding_side: Literal["right", "left"] = "right",
+    ) -> Any:
+        """Embed texts, sentence-transformers style.
+
+        Each input is ``[sink token] + instruction + text`` (see ``sink_token``); pooling uses the
+        text tokens only, never the instruction or the sink token (the paper's protocol).
+        Texts are sorted by length and batched; results come back in input order and do not
+        depend on the batch size, the padding side or the other texts in a batch.
+
+        Args:
+            sentences: one text or a list of texts.
+            instruction: a prompt to put before every text, e.g. ``"Instruct: ...\\nQuery: "``.
+            pooling: ``mean`` (default), ``weighted_mean``, ``last`` or ``first``.
+            batch_size: texts per forward pass.
+            show_progress_bar: a tqdm bar; by default only when there are more than 8 batches.
+            output_value: ``sentence_embedding`` (one vector per text) or ``token_embeddings``
+                (per text, a ``(n_text_tokens, D)`` array of its text tokens' states).
+            convert_to_numpy: return numpy (float32) rather than torch.
+            convert_to_tensor: return one stacked torch tensor (wins over ``convert_to_numpy``).
+            normalize_embeddings: L2-normalise sentence embeddings.
+            max_length: at most this many tokens per input; longer texts are truncated.
+            padding_side: ``right`` (default) or ``left``; the result is the same.
+
+        Raises:
+            ValueError: for a missing tokenizer, bad arguments, or an instruction that leaves
+                no room for text within ``max_length``.
+        """
+        if self.tokenizer is None:
+            raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+        if output_value not in ("sentence_embedding", "token_embeddings"):
+            raise ValueError(f"output_value must be 'sentence_embedding' or 'token_embeddings', got {output_value!r}")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        single = isinstance(sentences, str)
+        texts = [sentences] if single else list(sentences)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"sentences[{i}] is a {type(text).__name__}, not a string")
+
+        prefix = self.sink_ids() + (self._tokenize(instruction) if instruction else [])
+        if len(prefix) >= max_length:
+            raise ValueError(
+                f"the sink token and instruction take {len(prefix)} tokens, leaving no room for text "
+                f"within max_length={max_length}"
+            )
+        inputs = [(prefix, self._tokenize(text)[: max_length - len(prefix)]) for text in texts]
+        order = sorted(range(len(texts)), key=lambda i: -(len(inputs[i][0]) + len(inputs[i][1])))
+        n_batches = -(-len(texts) // batch_size)
+        show = n_batches > 8 if show_progress_bar is None else show_progress_bar
+        results: list[Any] = [None] * len(texts)
+        with torch.inference_mode():
+            for start in tqdm(range(0, len(texts), batch_size), desc="encode", disable=not show, unit="batch"):
+                idx = order[start : start + batch_size]
+                ids, attn, text_mask = self._pad([inputs[i] for i in idx], padding_side)
+                hidden = self(ids, attn).last_hidden_state
+                text_mask = text_mask.to(hidden.device)
+                if output_value == "token_embeddings":
+                    for row, i in enumerate(idx):
+                        results[i] = hidden[row][text_mask[row]].float().cpu()
+                    continue
+                vectors = pool(hidden, text_mask, pooling).float()
+                if normalize_embeddings:
+                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                for row, i in enumerate(idx):
+                    results[i] = vectors[row].cpu()
+        if output_value == "token_embeddings":
+            out = [r.numpy() for r in results] if convert_to_numpy and not convert_to_tensor else results
+            return out[0] if single else out
+        stacked = torch.stack(results) if results else torch.empty(0, self.parts.config.hidden_size)
+        if convert_to_tensor or not convert_to_numpy:
+            return stacked[0] if single else stacked
+        array = stacked.numpy().astype(np.float32)
+        return array[0] if single else array
+
+    def sink_ids(self) -> list[int]:
+        """The token ids put before every instruction and text (see ``sink_token``)."""
+        tok = self.tokenizer
+        if self.sink_token == "none":
+            return []
+        if self.sink_token != "auto":
+            ids = tok.convert_tokens_to_ids([self.sink_token])
+            if not ids or ids[0] is None or ids[0] == tok.unk_token_id:
+                raise ValueError(f"sink_token {self.sink_token!r} is not a token of this tokenizer")
+            return ids
+        if tok.bos_token_id is None:
+            return []
+        return [tok.bos_token_id]
+
+    def _tokenize(self, text: str) -> list[int]:
+        # No special tokens: the sink token is added once, by sink_ids(), whatever the tokenizer's habits.
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _pad(
+        self, rows: list[tuple[list[int], list[int]]], side: str
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = max(1, max(len(p) + len(t) for p, t in rows))  # an all-empty batch still has one (padding) column
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        text = torch.zeros((len(rows), width), dtype=torch.bool)
+        for r, (prefix, body) in enumerate(rows):
+            n = len(prefix) + len(body)
+            start = 0 if side == "right" else width - n
+            ids[r, start : start + n] = torch.tensor(prefix + body, dtype=torch.long)
+            attn[r, start : start + n] = 1
+            text[r, start + len(prefix) : start + n] = True
+        return ids, attn, text
+
+    def extra_repr(self) -> str:
+        return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"

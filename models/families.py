@@ -1,0 +1,152 @@
+"""The one module that knows how transformers lays out and calls each decoder family.
+
+Everything else in nosink goes through :class:`DecoderParts`: embed tokens, prepare
+position information, call decoder layer ``i`` with an explicit mask, apply the final
+norm. A family is a row of data (where the parts live, how positions enter), not
+``if model_type == ...`` scattered through the layer loop.
+
+Tested against transformers 5.24 (layers are called as
+``layer(hidden, attention_mask=..., position_embeddings=..., position_ids=...)``, with
+``cache`` left unset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+__all__ = ["FAMILIES", "SUPPORTED_ATTENTION", "DecoderParts", "Family", "UnsupportedModelError", "family_of"]
+
+# Backends that accept an arbitrary (batch, 1, q, k) mask. flash-attention only knows causal or not.
+SUPPORTED_ATTENTION = ("eager", "sdpa")
+
+
+class UnsupportedModelError(ValueError):
+    """The model's family or attention backend cannot run per-layer masks."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where a family keeps its parts, and how positions enter it."""
+
+    name: str  # what users read in messages
+    model_types: tuple[str, ...]  # config.model_type values of this family
+    embed: str = "embed_tokens"  # token embeddings on the base model
+    layers: str = "layers"  # the nn.ModuleList of decoder layers
+    norm: str = "norm"  # the final norm
+    positions: Literal["rotary", "rotary_per_layer_type", "learned"] = "rotary"
+    position_embed: str | None = None  # learned position embeddings (GPT-2's wpe)
+    dropout: str | None = None  # embedding dropout applied by the stock forward (identity in eval)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("Llama", ("llama",)),
+    Family("Mistral", ("mistral",)),
+    Family("Qwen2", ("qwen2",)),
+    Family("Qwen3", ("qwen3",)),
+    Family("Gemma3", ("gemma3_text",), positions="rotary_per_layer_type"),
+    Family("Phi-3", ("phi3",)),
+    Family("OLMo", ("olmo",)),
+    Family("OLMo2", ("olmo2",)),
+    Family("GPT-2", ("gpt2",), embed="wte", layers="h", norm="ln_f", positions="learned", position_embed="wpe",
+           dropout="drop"),
+)  # fmt: skip
+
+
+def family_of(config: Any) -> Family:
+    """The family of a transformers config.
+
+    Raises:
+        UnsupportedModelError: for a model type no family covers, listing the supported ones.
+    """
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    supported = ", ".join(f"{f.name} ({'/'.join(f.model_types)})" for f in FAMILIES)
+    raise UnsupportedModelError(f"model type {model_type!r} is not supported; supported families: {supported}")
+
+
+def base_model_of(model: nn.Module) -> nn.Module:
+    """The bare decoder (no LM head) inside ``model``, or ``model`` itself."""
+    prefix = getattr(model, "base_model_prefix", "")
+    inner = getattr(model, prefix, None) if prefix else None
+    return inner if isinstance(inner, nn.Module) else model
+
+
+class DecoderParts:
+    """A decoder's parts, called one at a time.
+
+    Args:
+        model: a transformers decoder of a supported family, with or without its LM head.
+
+    Raises:
+        UnsupportedModelError: for an unsupported family or attention backend.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = base_model_of(model)
+        self.config = self.model.config
+        self.family = family_of(self.config)
+        attn = getattr(self.config, "_attn_implementation", None) or "eager"
+        if attn not in SUPPORTED_ATTENTION:
+            raise UnsupportedModelError(
+                f"attention implementation {attn!r} cannot take an arbitrary mask per layer; "
+                f"load the model with attn_implementation='sdpa' (or 'eager')"
+            )
+        f = self.family
+        self.embed_tokens: nn.Module = getattr(self.model, f.embed)
+        self.layers: nn.ModuleList = getattr(self.model, f.layers)
+        self.norm: nn.Module = getattr(self.model, f.norm)
+        self.position_embed: nn.Module | None = getattr(self.model, f.position_embed) if f.position_embed else None
+        self.dropout: nn.Module | None = getattr(self.model, f.dropout) if f.dropout else None
+        self.rotary: nn.Module | None = getattr(self.model, "rotary_emb", None) if f.positions != "learned" else None
+        self.depth = len(self.layers)
+        # The stock model's own sliding window per layer (None for full attention): per layer type
+        # where the config lists them (Qwen2/3, Gemma3), else the config's window for every layer
+        # (Mistral, Phi-3 with sliding_window set).
+        window = getattr(self.config, "sliding_window", None)
+        layer_types = getattr(self.config, "layer_types", None)
+        self.layer_types: tuple[str, ...] | None = tuple(layer_types) if layer_types is not None else None
+        if self.layer_types is not None:
+            self.windows = tuple(window if t == "sliding_attention" else None for t in self.layer_types)
+        else:
+            self.windows = (window,) * self.depth
+
+    @property
+    def attn_implementation(self) -> str:
+        """``'eager'`` or ``'sdpa'``: decides the mask's form (additive or boolean)."""
+        return getattr(self.config, "_attn_implementation", None) or "eager"
+
+    def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Token (and, for GPT-2, learned position) embeddings: ``(B, T) -> (B, T, D)``."""
+        hidden = self.embed_tokens(input_ids)
+        if self.position_embed is not None:
+            hidden = hidden + self.position_embed(position_ids).to(hidden.dtype)
+        if self.dropout is not None:
+            hidden = self.dropout(hidden)
+        return hidden
+
+    def position_context(self, hidden: torch.Tensor, position_ids: torch.Tensor) -> Any:
+        """What the layers need to know about positions (rotary cos/sin), computed once per batch."""
+        if self.family.positions == "rotary":
+            return self.rotary(hidden, position_ids=position_ids)
+        if self.family.positions == "rotary_per_layer_type":
+            return {t: self.rotary(hidden, position_ids, t) for t in set(self.layer_types or ())}
+        return None
+
+    def call_layer(
+        self, index: int, hidden: torch.Tensor, mask: torch.Tensor, context: Any, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``."""
+        layer = self.layers[index]
+        if self.family.positions == "learned":
+            out = layer(hidden, attention_mask=mask, use_cache=False)
+        else:
+            if self.family.positions == "rotary_per_layer_type":
+                context = context[self.layer_types[index]]  # type: ignore[index]
+            out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids)
+        return out[0] if isinstance(out, tuple) else out
