@@ -1,0 +1,139 @@
+"""Throughput and memory of EncoderFromDecoder beside the stock model's forward, in one process.
+
+Random weights at a real architecture's size (speed does not depend on weight values):
+
+    python benchmarks/bench_encoder.py                          # SmolLM2-135M shape, CPU, float32
+    python benchmarks/bench_encoder.py --device cuda --dtype bfloat16 --arch llama-1b --batch 32 --seq 256
+
+Every spec runs on the same padded batches as the stock ``AutoModel`` forward; the table prints
+throughput as a ratio to the stock forward, peak memory (CUDA) and parameter memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import transformers as tf
+
+from nosink import EncoderFromDecoder
+
+ARCHS = {
+    # SmolLM2-135M's shape
+    "smollm2-135m": lambda: tf.LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, max_position_embeddings=8192, tie_word_embeddings=True,
+    ),
+    # Llama-3.2-1B's shape
+    "llama-1b": lambda: tf.LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0,
+    ),
+    # Qwen2.5-0.5B's shape
+    "qwen2-0.5b": lambda: tf.Qwen2Config(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, max_position_embeddings=32768,
+    ),
+}  # fmt: skip
+
+SPECS = ["F*", "F* | B*8", "F* | M0B*8", "F* | B*4 | M0B*4", "F* | INTER(R*4)", "F* | EXTEND(B*2)"]
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in module.parameters()}.values())
+
+
+def batches(n: int, batch: int, seq: int, vocab: int, device: str, seed: int = 0) -> list:
+    """Right-padded batches with lengths spread between seq/4 and seq."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(5, vocab, (batch, seq), generator=g)
+        lengths = torch.randint(seq // 4, seq + 1, (batch,), generator=g)
+        mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+        out.append((ids.to(device), mask.to(device)))
+    return out
+
+
+def timed(fn, data, device: str, repeats: int) -> tuple[float, int]:
+    """Median seconds per pass over ``data`` and peak CUDA memory (0 on CPU)."""
+    with torch.inference_mode():
+        for ids, mask in data[:1]:
+            fn(ids, mask)  # warm-up
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for ids, mask in data:
+                fn(ids, mask)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
+    return statistics.median(times), peak
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="smollm2-135m", choices=sorted(ARCHS))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batches", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--specs", nargs="*", default=SPECS)
+    args = p.parse_args()
+
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    config = ARCHS[args.arch]()
+    model = tf.AutoModel.from_config(config, dtype=dtype, attn_implementation=args.attn).to(args.device).eval()
+    data = batches(args.batches, args.batch, args.seq, config.vocab_size, args.device)
+    n_texts = args.batches * args.batch
+
+    def stock(ids, mask):
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    base_time, base_peak = timed(stock, data, args.device, args.repeats)
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"{args.arch} ({config.num_hidden_layers} layers) on {device_name}, {args.dtype}, {args.attn}; "
+          f"{args.batches} batches of {args.batch} x {args.seq} tokens, median of {args.repeats}")  # fmt: skip
+    print(f"torch {torch.__version__}, transformers {tf.__version__}, threads {torch.get_num_threads()}\n")
+    header = f"{'run':<24} {'texts/s':>9} {'vs stock':>9} {'peak MiB':>9} {'params MiB':>11}  check"
+    print(header)
+    print("-" * len(header))
+    mib = 2**20
+
+    def peak_text(peak: int) -> str:
+        return f"{peak / mib:>9.0f}" if args.device.startswith("cuda") else f"{'n/a':>9}"
+
+    # Correctness beside speed: F* against the stock forward (same positions), and no NaN anywhere.
+    ids, mask = data[0]
+    with torch.inference_mode():
+        reference = stock(ids, mask).float()
+
+    def check(encoder: EncoderFromDecoder) -> str:
+        with torch.inference_mode():
+            out = encoder(ids, mask).last_hidden_state.float()
+        nan = "NaN!" if torch.isnan(out).any() else "finite"
+        if str(encoder.spec) != "F*":
+            return nan
+        return f"{nan}, max |F* - stock| = {(out - reference)[mask.bool()].abs().max().item():.2e}"
+
+    print(f"{'stock AutoModel':<24} {n_texts / base_time:>9.1f} {1.0:>8.2f}x {peak_text(base_peak)} "
+          f"{param_bytes(model) / mib:>11.1f}")  # fmt: skip
+    for spec in args.specs:
+        encoder = EncoderFromDecoder(model, spec)
+        t, peak = timed(lambda ids, mask, e=encoder: e(ids, mask).last_hidden_state, data, args.device, args.repeats)
+        print(f"{spec:<24} {n_texts / t:>9.1f} {base_time / t:>8.2f}x {peak_text(peak)} "
+              f"{param_bytes(encoder) / mib:>11.1f}  {check(encoder)}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
