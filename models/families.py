@@ -18,7 +18,16 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-__all__ = ["FAMILIES", "SUPPORTED_ATTENTION", "DecoderParts", "Family", "UnsupportedModelError", "family_of"]
+__all__ = [
+    "FAMILIES",
+    "SUPPORTED_ATTENTION",
+    "DecoderParts",
+    "Family",
+    "UnsupportedModelError",
+    "base_model_of",
+    "family_of",
+    "make_serializable",
+]
 
 # Backends that accept an arbitrary (batch, 1, q, k) mask. flash-attention only knows causal or not.
 SUPPORTED_ATTENTION = ("eager", "sdpa")
@@ -68,6 +77,18 @@ def family_of(config: Any) -> Family:
             return family
     supported = ", ".join(f"{f.name} ({'/'.join(f.model_types)})" for f in FAMILIES)
     raise UnsupportedModelError(f"model type {model_type!r} is not supported; supported families: {supported}")
+
+
+def make_serializable(model: nn.Module) -> None:
+    """Let ``save_pretrained`` write a GGUF-loaded model, whose tensors transformers already dequantized.
+
+    transformers refuses ("quantized with gguf and is not serializable") while ``hf_quantizer`` is set.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and "gguf" in type(quantizer).__name__.lower():
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
 
 
 def base_model_of(model: nn.Module) -> nn.Module:

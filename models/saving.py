@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .families import make_serializable
+
 if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
 
@@ -24,11 +26,7 @@ def save_encoder(encoder: EncoderFromDecoder, directory: Path, meta: dict[str, A
     """Write ``nosink.json``, the decoder's config and safetensors weights, and the tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
     decoder = encoder.decoder
-    # A GGUF-loaded model refuses to serialise although its tensors are already dense.
-    if getattr(decoder, "hf_quantizer", None) is not None and "gguf" in type(decoder.hf_quantizer).__name__.lower():
-        decoder.hf_quantizer = None
-        if hasattr(decoder.config, "quantization_config"):
-            del decoder.config.quantization_config
+    make_serializable(decoder)
     decoder.save_pretrained(directory, safe_serialization=True)
     if encoder.tokenizer is not None:
         encoder.tokenizer.save_pretrained(directory)

