@@ -10,19 +10,78 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from nosink.layerspec import Fork, Kind, LayerStep, Merge, Spec, additive_mask, build_mask, parse_spec
-from nosink.layerspec.masks import relative_positions
 from torch import nn
 from tqdm.auto import tqdm
+
+from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, build_mask, parse_spec
+from nosink.layerspec.masks import relative_positions
 
 from .families import DecoderParts
 from .pooling import POOLINGS, Pooling, pool
 
-__all__ = ["EncoderFromDecoder", "EncoderOutput"]
+__all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
 
 _FORMAT = 1  # version of the nosink.json layout written by save_pretrained
+
+
+@dataclass
+class _EncodeOptions:
+    """The keyword arguments of encode(), checked in one place."""
+
+    pooling: Pooling = "mean"
+    batch_size: int = 32
+    show_progress_bar: bool | None = None
+    output_value: str = "sentence_embedding"
+    convert_to_numpy: bool = True
+    convert_to_tensor: bool = False
+    normalize_embeddings: bool = False
+    max_length: int = 512
+    padding_side: str = "right"
+
+    def check(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
+        if self.output_value not in ("sentence_embedding", "token_embeddings"):
+            raise ValueError(
+                f"output_value must be 'sentence_embedding' or 'token_embeddings', got {self.output_value!r}"
+            )
+        if self.padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
+            raise ValueError(f"max_length must be a positive integer, got {self.max_length!r}")
+
+    def convert(self, rows: list[torch.Tensor], single: bool, tokens: bool, width: int) -> Any:
+        if tokens:
+            out = [r.numpy() for r in rows] if self.convert_to_numpy and not self.convert_to_tensor else rows
+            return out[0] if single else out
+        stacked = torch.stack(rows) if rows else torch.empty(0, width)
+        if self.convert_to_tensor or not self.convert_to_numpy:
+            return stacked[0] if single else stacked
+        array = stacked.numpy().astype(np.float32)
+        return array[0] if single else array
+
+
+def shared_prefix(plans: Sequence[Plan]) -> int:
+    """How many leading steps all ``plans`` have in common (their streams are handed on whole)."""
+    for i, steps in enumerate(zip(*(p.steps for p in plans), strict=False)):
+        if any(s != steps[0] for s in steps[1:]):
+            return i
+    return min(len(p.steps) for p in plans)
+
+
+@dataclass
+class _Batch:
+    """One prepared batch: embeddings, positions, and the masks built for it so far."""
+
+    hidden: torch.Tensor  # (B, T, D) embeddings
+    attention_mask: torch.Tensor  # (B, T)
+    position_ids: torch.Tensor  # (B, T), from each row's first real token
+    context: Any  # rotary cos/sin, per family
+    masks: dict[tuple[Kind, int | None], torch.Tensor]
 
 
 @dataclass
@@ -80,13 +139,6 @@ class EncoderFromDecoder(nn.Module):
         self.plan = self.spec.resolve(self.parts.depth)
         self.tokenizer = tokenizer
         self.sink_token = sink_token
-        # The mask each layer step runs with: its kind, plus the stock sliding window for plain forward layers
-        # (converted layers drop the window). One mask per distinct key is built per batch.
-        self._step_masks: dict[int, tuple[Kind, int | None]] = {
-            i: (s.kind, self.parts.windows[s.layer] if s.kind.is_causal else None)
-            for i, s in enumerate(self.plan.steps)
-            if isinstance(s, LayerStep)
-        }
         self.eval()
 
     # ------------------------------------------------------------------ construction
@@ -173,6 +225,50 @@ class EncoderFromDecoder(nn.Module):
         Raises:
             ValueError: for shapes or masks that do not fit.
         """
+        batch = self._prepare(input_ids, attention_mask)
+        history = [batch.hidden] if output_hidden_states else None
+        streams = self._run(self.plan, 0, {"main": batch.hidden}, batch, history)
+        out = self.parts.norm(streams["main"])
+        return EncoderOutput(out, batch.attention_mask, tuple(history) if history is not None else None)
+
+    def forward_specs(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, specs: Sequence[str | Spec]
+    ) -> dict[str, torch.Tensor]:
+        """The last hidden state of the same batch under several specs, sharing their common lower layers.
+
+        Layers that every spec runs identically from the bottom (for example the forward layers
+        below the first converted layer of ``F* | B*k`` for every k) run once; each spec then
+        goes on from there. Results equal separate :meth:`forward` calls with those specs.
+
+        Args:
+            input_ids: ``(B, T)`` token ids.
+            attention_mask: ``(B, T)`` or ``None``.
+            specs: the specs, as strings or :class:`Spec` values.
+
+        Returns:
+            ``{canonical spec string: (B, T, D) last hidden state}``.
+
+        Raises:
+            SpecError: if a spec does not fit this decoder.
+            ValueError: for shapes or masks that do not fit.
+        """
+        plans = [self._plan_of(spec) for spec in specs]
+        batch = self._prepare(input_ids, attention_mask)
+        cut = shared_prefix(plans)
+        shared = self._run(plans[0], 0, {"main": batch.hidden}, batch, None, stop=cut)
+        return {
+            str(plan.spec): self.parts.norm(self._run(plan, cut, dict(shared), batch, None)["main"]) for plan in plans
+        }
+
+    def _plan_of(self, spec: str | Spec) -> Plan:
+        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        return self.plan if spec == self.spec else spec.resolve(self.parts.depth)
+
+    def _mask_key(self, step: LayerStep) -> tuple[Kind, int | None]:
+        # Plain forward layers keep the stock sliding window; converted layers drop it.
+        return step.kind, self.parts.windows[step.layer] if step.kind.is_causal else None
+
+    def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> _Batch:
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
@@ -187,17 +283,32 @@ class EncoderFromDecoder(nn.Module):
         device = self.parts.embed_tokens.weight.device
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = relative_positions(attention_mask).clamp(min=0)  # (B, T), counted from each row's first token
-
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
         context = self.parts.position_context(hidden, position_ids)
-        masks = self._build_masks(attention_mask, hidden.dtype)
-        streams = {"main": hidden}
-        history = [hidden] if output_hidden_states else None
-        for i, step in enumerate(self.plan.steps):
+        return _Batch(hidden, attention_mask, position_ids, context, {})
+
+    def _mask(self, key: tuple[Kind, int | None], batch: _Batch) -> torch.Tensor:
+        # Built once per batch and key, on first use, whatever the number of layers or specs using it.
+        if key not in batch.masks:
+            mask = build_mask(key[0], batch.attention_mask, sliding_window=key[1])  # (B, 1, T, T) bool
+            eager = self.parts.attn_implementation == "eager"
+            batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if eager else mask
+        return batch.masks[key]
+
+    def _run(
+        self,
+        plan: Plan,
+        start: int,
+        streams: dict[str, torch.Tensor],
+        batch: _Batch,
+        history: list[torch.Tensor] | None,
+        stop: int | None = None,
+    ) -> dict[str, torch.Tensor]:
+        for step in plan.steps[start:stop]:
             if isinstance(step, LayerStep):
-                mask = masks[self._step_masks[i]]
+                mask = self._mask(self._mask_key(step), batch)
                 streams[step.stream] = self.parts.call_layer(
-                    step.layer, streams[step.stream], mask, context, position_ids
+                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids
                 )
                 if history is not None and step.stream == "main":
                     history.append(streams["main"])
@@ -205,16 +316,7 @@ class EncoderFromDecoder(nn.Module):
                 streams[step.target] = streams[step.source]  # layers never write in place, so no copy
             elif isinstance(step, Merge):
                 streams[step.target] = streams[step.target] + streams.pop(step.source)
-        out = self.parts.norm(streams["main"])
-        return EncoderOutput(out, attention_mask, tuple(history) if history is not None else None)
-
-    def _build_masks(self, attention_mask: torch.Tensor, dtype: torch.dtype) -> dict[tuple[Kind, int | None], Any]:
-        eager = self.parts.attn_implementation == "eager"
-        masks = {}
-        for kind, window in set(self._step_masks.values()):
-            mask = build_mask(kind, attention_mask, sliding_window=window)  # (B, 1, T, T) bool
-            masks[(kind, window)] = additive_mask(mask, dtype) if eager else mask
-        return masks
+        return streams
 
     # ------------------------------------------------------------------ texts in, vectors out
 
@@ -258,16 +360,51 @@ class EncoderFromDecoder(nn.Module):
             ValueError: for a missing tokenizer, bad arguments, or an instruction that leaves
                 no room for text within ``max_length``.
         """
+        return self.encode_specs(
+            [self.spec],
+            sentences,
+            instruction,
+            pooling=pooling,
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
+            output_value=output_value,
+            convert_to_numpy=convert_to_numpy,
+            convert_to_tensor=convert_to_tensor,
+            normalize_embeddings=normalize_embeddings,
+            max_length=max_length,
+            padding_side=padding_side,
+        )[str(self.spec)]
+
+    def encode_specs(
+        self,
+        specs: Sequence[str | Spec],
+        sentences: str | Sequence[str],
+        instruction: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """:meth:`encode` under several specs at once, running their shared lower layers once per batch.
+
+        For a sweep such as ``F* | M0B*k`` for k = 1..n, the forward layers below the lowest
+        converted one run once per batch instead of once per spec.
+
+        Args:
+            specs: the specs to encode with (this encoder's own spec need not be among them).
+            sentences: one text or a list of texts.
+            instruction: as for :meth:`encode`.
+            **kwargs: any other argument of :meth:`encode`.
+
+        Returns:
+            ``{canonical spec string: what encode() would return with that spec}``.
+
+        Raises:
+            SpecError: if a spec does not fit this decoder.
+            ValueError: as for :meth:`encode`.
+        """
+        opts = _EncodeOptions(**kwargs)
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
-        if pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
-        if output_value not in ("sentence_embedding", "token_embeddings"):
-            raise ValueError(f"output_value must be 'sentence_embedding' or 'token_embeddings', got {output_value!r}")
-        if padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        opts.check()
+        names = [str(self._plan_of(spec).spec) for spec in specs]
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         for i, text in enumerate(texts):
@@ -275,39 +412,36 @@ class EncoderFromDecoder(nn.Module):
                 raise ValueError(f"sentences[{i}] is a {type(text).__name__}, not a string")
 
         prefix = self.sink_ids() + (self._tokenize(instruction) if instruction else [])
-        if len(prefix) >= max_length:
+        if len(prefix) >= opts.max_length:
             raise ValueError(
                 f"the sink token and instruction take {len(prefix)} tokens, leaving no room for text "
-                f"within max_length={max_length}"
+                f"within max_length={opts.max_length}"
             )
-        inputs = [(prefix, self._tokenize(text)[: max_length - len(prefix)]) for text in texts]
+        inputs = [(prefix, self._tokenize(text)[: opts.max_length - len(prefix)]) for text in texts]
         order = sorted(range(len(texts)), key=lambda i: -(len(inputs[i][0]) + len(inputs[i][1])))
-        n_batches = -(-len(texts) // batch_size)
-        show = n_batches > 8 if show_progress_bar is None else show_progress_bar
-        results: list[Any] = [None] * len(texts)
+        n_batches = -(-len(texts) // opts.batch_size)
+        show = n_batches > 8 if opts.show_progress_bar is None else opts.show_progress_bar
+        results: dict[str, list[Any]] = {name: [None] * len(texts) for name in names}
+        tokens = opts.output_value == "token_embeddings"
         with torch.inference_mode():
-            for start in tqdm(range(0, len(texts), batch_size), desc="encode", disable=not show, unit="batch"):
-                idx = order[start : start + batch_size]
-                ids, attn, text_mask = self._pad([inputs[i] for i in idx], padding_side)
-                hidden = self(ids, attn).last_hidden_state
-                text_mask = text_mask.to(hidden.device)
-                if output_value == "token_embeddings":
+            starts = range(0, len(texts), opts.batch_size)
+            for start in tqdm(starts, desc="encode", disable=not show, unit="batch"):
+                idx = order[start : start + opts.batch_size]
+                ids, attn, text_mask = self._pad([inputs[i] for i in idx], opts.padding_side)
+                for name, hidden in self.forward_specs(ids, attn, names).items():
+                    text_mask = text_mask.to(hidden.device)
+                    if tokens:
+                        rows = [hidden[row][text_mask[row]].float().cpu() for row in range(len(idx))]
+                    else:
+                        vectors = pool(hidden, text_mask, opts.pooling).float()
+                        if opts.normalize_embeddings:
+                            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                        rows = list(vectors.cpu())
                     for row, i in enumerate(idx):
-                        results[i] = hidden[row][text_mask[row]].float().cpu()
-                    continue
-                vectors = pool(hidden, text_mask, pooling).float()
-                if normalize_embeddings:
-                    vectors = torch.nn.functional.normalize(vectors, dim=-1)
-                for row, i in enumerate(idx):
-                    results[i] = vectors[row].cpu()
-        if output_value == "token_embeddings":
-            out = [r.numpy() for r in results] if convert_to_numpy and not convert_to_tensor else results
-            return out[0] if single else out
-        stacked = torch.stack(results) if results else torch.empty(0, self.parts.config.hidden_size)
-        if convert_to_tensor or not convert_to_numpy:
-            return stacked[0] if single else stacked
-        array = stacked.numpy().astype(np.float32)
-        return array[0] if single else array
+                        results[name][i] = rows[row]
+        return {
+            name: opts.convert(rows, single, tokens, self.parts.config.hidden_size) for name, rows in results.items()
+        }
 
     def sink_ids(self) -> list[int]:
         """The token ids put before every instruction and text (see ``sink_token``)."""

@@ -1,6 +1,7 @@
 """Hypothesis strategies for layer specs and padded batches."""
 
 from hypothesis import strategies as st
+
 from nosink.layerspec import Block, Kind, Segment, Spec
 
 kinds = st.one_of(

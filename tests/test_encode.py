@@ -5,11 +5,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nosink.models import pool
 from strategies import specs_with_depth
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
+from nosink.models import pool
 
 TEXTS = ["the cat sat on the mat", "a dog ran", "paris is the capital of france", "i", "we love very good food"]
 
@@ -125,3 +125,48 @@ def test_generated_specs_give_the_same_vectors_whatever_the_batching(spec_depth,
     alone = np.stack([encoder.encode(t) for t in texts])
     batched = encoder.encode(texts, batch_size=batch_size, padding_side=side)
     np.testing.assert_allclose(batched, alone, atol=2e-5)
+
+
+def test_encode_specs_equals_separate_encoders_and_shares_the_lower_layers():
+    model = tiny_decoder("llama")
+    tok = tiny_tokenizer()
+    specs = ["F* | B", "F* | M0B*2", "F*2 | B | M0B", "F* | INTER(R)", "F* | EXTEND(B)"]
+    base = EncoderFromDecoder(model, "F*", tok)
+    calls = []
+    hooks = [layer.register_forward_hook(lambda m, a, o, i=i: calls.append(i)) for i, layer in enumerate(model.layers)]
+    try:
+        together = base.encode_specs(specs, TEXTS, batch_size=5)
+    finally:
+        for h in hooks:
+            h.remove()
+    for spec in specs:
+        alone = EncoderFromDecoder(model, spec, tok).encode(TEXTS, batch_size=5)
+        np.testing.assert_allclose(together[str(EncoderFromDecoder(model, spec).spec)], alone, atol=1e-6)
+    # Layers 0 and 1 are forward in every spec: they ran once for the one batch, not once per spec.
+    assert calls.count(0) == 1 and calls.count(1) == 1
+    assert calls.count(3) == 5 + 1 + 1  # each spec runs layer 3; INTER runs it twice, EXTEND once more
+
+
+def test_shared_prefix_is_the_common_leading_steps():
+    from nosink import parse_spec
+    from nosink.models.encoder import shared_prefix
+
+    def cut(*texts):
+        return shared_prefix([parse_spec(t).resolve(4) for t in texts])
+
+    assert cut("F* | B", "F* | M0B*2") == 2
+    assert cut("F* | B", "F* | B") == 4
+    assert cut("F* | EXTRA(B)", "F* | EXTRA(B) | EXTEND(R)") == 6  # fork, 1 branch layer, 4 main layers
+    assert cut("F* | EXTRA(B)", "F* | EXTRA(R)") == 1  # the same fork, then the branches differ
+    assert cut("F*2 | INTER(R*2)", "F*2 | INTER(B*2)") == 5  # 2 layers, fork, the 2 forward copies
+    assert cut("B*", "F*") == 0
+
+
+def test_encode_specs_with_open_branches_at_the_cut():
+    model, tok = tiny_decoder("llama"), tiny_tokenizer()
+    specs = ["F* | EXTRA(B)", "F* | EXTRA(R)", "F*2 | INTER(R*2)", "F*2 | INTER(B*2)"]
+    together = EncoderFromDecoder(model, "F*", tok).encode_specs(specs, TEXTS)
+    for spec in specs:
+        np.testing.assert_allclose(
+            together[spec], EncoderFromDecoder(model, spec, tok).encode(TEXTS), atol=1e-6, err_msg=spec
+        )

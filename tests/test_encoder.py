@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from nosink.layerspec.masks import relative_positions
 from tiny import CONFIGS, tiny_decoder
 
 from nosink import EncoderFromDecoder, SpecError, UnsupportedModelError, parse_spec
+from nosink.layerspec.masks import relative_positions
 
 FAMILIES = sorted(CONFIGS)
 ATTN = ["sdpa", "eager"]
@@ -50,7 +50,7 @@ def test_sliding_windows_are_kept_on_forward_layers_and_matter(family):
     assert any(w is not None for w in parts.windows)
     # The stock sliding window changes the result on these 8-token rows, so the equality above is not vacuous.
     unwindowed = EncoderFromDecoder(model, "F*")
-    unwindowed._step_masks = {i: (k, None) for i, (k, _) in unwindowed._step_masks.items()}
+    unwindowed.parts.windows = (None,) * len(unwindowed.parts.windows)
     with torch.no_grad():
         assert (unwindowed(IDS, MASK).last_hidden_state - stock(model))[REAL].abs().max() > 1e-4
 

@@ -3,6 +3,7 @@
 import pickle
 
 import pytest
+
 from nosink.layerspec import Block, Fork, Kind, LayerStep, Merge, Segment, Spec, SpecError, parse_spec
 
 F, B, R = Kind("F"), Kind("B"), Kind("R")

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+
 from nosink.layerspec import Kind, additive_mask, build_mask, parse_spec, relative_positions
 
 RIGHT = torch.tensor([[1, 1, 1, 1, 0]])  # four real tokens, one pad after

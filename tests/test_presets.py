@@ -1,6 +1,7 @@
 """The paper's configurations by name, and the official code's arguments, as specs."""
 
 import pytest
+
 from nosink.layerspec import SpecError, parse_spec, presets
 
 # LAYERSPEC.md section 3, with n = depth written as the fill.

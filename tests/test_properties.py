@@ -3,8 +3,9 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nosink.layerspec import Kind, SpecError, build_mask, parse_spec
 from strategies import kinds, padded_rows, spec_like_text, specs, specs_with_depth
+
+from nosink.layerspec import Kind, SpecError, build_mask, parse_spec
 
 settings.register_profile("nosink", max_examples=200, deadline=None)
 settings.load_profile("nosink")

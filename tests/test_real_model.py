@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 import torch
-from nosink.layerspec.masks import relative_positions
 
 from nosink import EncoderFromDecoder
+from nosink.layerspec.masks import relative_positions
 
 TEXTS = ["The cat sat on the mat.", "Paris is the capital of France, and London is the capital of England.", "Hi"]
 
