@@ -1,0 +1,91 @@
+"""The NER probe end to end on sentences built here, with a tiny random model."""
+
+import random
+
+import pytest
+from seqeval.metrics import f1_score
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder
+from nosink.evals.ner import NERConfig, Sentence, _word_token_index, evaluate_ner, read_conll_lines
+
+CITIES, PEOPLE = ["paris", "london", "france", "england"], ["i", "you", "we"]
+FILLER = ["the", "cat", "sat", "on", "mat", "is", "very", "good"]
+
+
+def make_sentences(n: int, seed: int = 0) -> list[Sentence]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words, tags = [], []
+        for _ in range(rng.randint(2, 7)):
+            r = rng.random()
+            word, tag = (
+                (rng.choice(CITIES), "B-LOC") if r < 0.3 else (rng.choice(PEOPLE), "B-PER") if r < 0.5
+                else (rng.choice(FILLER), "O")
+            )  # fmt: skip
+            words.append(word)
+            tags.append(tag)
+        out.append(Sentence(tuple(words), tuple(tags)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
+
+
+def test_seqeval_scores_constructed_taggers():
+    gold = [["B-PER", "O", "B-LOC"], ["B-ORG", "I-ORG", "O"]]
+    assert f1_score(gold, gold) == 1.0
+    shuffled = [["B-LOC", "O", "B-PER"], ["O", "B-ORG", "I-ORG"]]
+    assert f1_score(gold, shuffled) == 0.0
+
+
+def test_conll_reader():
+    lines = ["-DOCSTART- -X- -X- O", "", "EU NNP B-NP B-ORG", "rejects VBZ B-VP O", "", "", "Peter NNP B-NP B-PER"]
+    assert read_conll_lines(lines) == [Sentence(("EU", "rejects"), ("B-ORG", "O")), Sentence(("Peter",), ("B-PER",))]
+    with pytest.raises(ValueError, match=r"line 1: expected 'WORD \.\.\. TAG'"):
+        read_conll_lines(["lonely"])
+
+
+def test_first_subtoken_of_each_word():
+    # "EU rejects" tokenized as [EU][ rej][ects]: words start at tokens 0 and 1
+    assert _word_token_index([(0, 2), (2, 6), (6, 10)], [(0, 2), (3, 10)]) == [0, 1]
+    assert _word_token_index([(0, 2)], [(0, 2), (3, 10)]) == [0, None]  # the second word was cut off
+
+
+def test_probe_learns_a_learnable_task_and_not_shuffled_labels(encoder):
+    train = make_sentences(120, seed=1)
+    evaluation = make_sentences(60, seed=2)
+    config = NERConfig(lr=5e-2, epochs=40)
+    (good,) = evaluate_ner(encoder, train, evaluation, config=config, show_progress_bar=False)
+    assert good.f1 > 0.9, good
+    rng = random.Random(3)
+    shuffled_train = [Sentence(s.words, tuple(rng.sample(s.tags, len(s.tags)))) for s in train]
+    (bad,) = evaluate_ner(encoder, shuffled_train, evaluation, config=config, show_progress_bar=False)
+    assert bad.f1 < good.f1 - 0.2, (bad, good)
+
+
+def test_sweep_of_specs_in_one_pass(encoder):
+    train, evaluation = make_sentences(40, seed=4), make_sentences(20, seed=5)
+    specs = ["F*", "F* | B*2", "F* | M0B*2"]
+    results = evaluate_ner(encoder, train, evaluation, specs=specs, show_progress_bar=False)
+    assert [r.spec for r in results] == specs
+    assert all(0.0 <= r.f1 <= 1.0 and r.n_train == 40 and r.n_eval == 20 for r in results)
+
+
+def test_truncated_words_are_predicted_outside(encoder):
+    train, evaluation = make_sentences(40, seed=6), make_sentences(20, seed=7)
+    (full,) = evaluate_ner(encoder, train, evaluation, show_progress_bar=False)
+    (cut,) = evaluate_ner(encoder, train, evaluation, config=NERConfig(max_length=3), show_progress_bar=False)
+    assert full.truncated_words == 0
+    assert cut.truncated_words == sum(max(0, len(s.words) - 2) for s in evaluation)  # sink + 2 words fit
+    assert cut.recall < full.recall or full.recall == 0
+
+
+def test_unseen_evaluation_tags_are_an_error(encoder):
+    train = [Sentence(("paris",), ("B-LOC",))]
+    evaluation = [Sentence(("i",), ("B-PER",))]
+    with pytest.raises(ValueError, match=r"evaluation tags \['B-PER'\] never occur"):
+        evaluate_ner(encoder, train, evaluation, show_progress_bar=False)
