@@ -65,12 +65,16 @@ class _EncodeOptions:
         return array[0] if single else array
 
 
-def shared_prefix(plans: Sequence[Plan]) -> int:
-    """How many leading steps all ``plans`` have in common (their streams are handed on whole)."""
-    for i, steps in enumerate(zip(*(p.steps for p in plans), strict=False)):
+def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
+    """The end of the leading steps, from ``start`` on, that all ``plans`` have in common.
+
+    The streams at that point (the main stream and any open branch) are what the plans hand on.
+    """
+    tails = [p.steps[start:] for p in plans]
+    for i, steps in enumerate(zip(*tails, strict=False)):
         if any(s != steps[0] for s in steps[1:]):
-            return i
-    return min(len(p.steps) for p in plans)
+            return start + i
+    return start + min(map(len, tails))
 
 
 @dataclass
@@ -236,9 +240,10 @@ class EncoderFromDecoder(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """The last hidden state of the same batch under several specs, sharing their common lower layers.
 
-        Layers that every spec runs identically from the bottom (for example the forward layers
-        below the first converted layer of ``F* | B*k`` for every k) run once; each spec then
-        goes on from there. Results equal separate :meth:`forward` calls with those specs.
+        Steps that specs run identically from the bottom run once: the specs form a prefix tree,
+        and each step of the tree runs once per batch. For ``F* | B*k`` with k = 1..n the forward
+        layers run once in all, and for ``F* | B*(k-k0) | M0B*k0`` only the top k0 layers are
+        new once ``F* | B*k0...`` has run. Results equal separate :meth:`forward` calls.
 
         Args:
             input_ids: ``(B, T)`` token ids.
@@ -254,11 +259,25 @@ class EncoderFromDecoder(nn.Module):
         """
         plans = [self._plan_of(spec) for spec in specs]
         batch = self._prepare(input_ids, attention_mask)
-        cut = shared_prefix(plans)
-        shared = self._run(plans[0], 0, {"main": batch.hidden}, batch, None, stop=cut)
-        return {
-            str(plan.spec): self.parts.norm(self._run(plan, cut, dict(shared), batch, None)["main"]) for plan in plans
-        }
+        out: dict[str, torch.Tensor] = {}
+        self._run_tree(plans, 0, {"main": batch.hidden}, batch, out)
+        return {str(plan.spec): out[str(plan.spec)] for plan in plans}
+
+    def _run_tree(
+        self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: _Batch, out: dict
+    ) -> None:
+        # Plans that agree up to a step share its result: run the common steps once, then branch
+        # where they part, like walking a prefix tree. Holds at most one set of streams per depth.
+        cut = shared_prefix(plans, start)
+        streams = self._run(plans[0], start, streams, batch, None, stop=cut)
+        groups: dict[Any, list[Plan]] = {}
+        for plan in plans:
+            if len(plan.steps) == cut:
+                out[str(plan.spec)] = self.parts.norm(streams["main"])
+            else:
+                groups.setdefault(plan.steps[cut], []).append(plan)
+        for group in groups.values():
+            self._run_tree(group, cut, dict(streams), batch, out)
 
     def _plan_of(self, spec: str | Spec) -> Plan:
         spec = parse_spec(spec) if isinstance(spec, str) else spec
