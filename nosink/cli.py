@@ -56,6 +56,29 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--max-length", type=int, default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
 
+    ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep (see 'nosink eval -h')")
+    evsub = ev.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
+    for name, text in (
+        ("ner", "CoNLL-2003 NER probe for one spec"),
+        ("sweep", "NER probe for every spec of configuration families (k, k0 sweeps), with table and plot"),
+    ):
+        e = evsub.add_parser(name, help=text)
+        e.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+        e.add_argument("--data", default=None, help="CoNLL folder (train.txt, dev.txt) or hub id (eriktks/conll2003)")
+        e.add_argument("--train-limit", type=int, help="train the probe on the first N training sentences")
+        e.add_argument("--limit", type=int, help="evaluate on the first N dev sentences (quick runs)")
+        e.add_argument("--max-length", type=int, default=32, help="tokens per sentence (official: 32)")
+        e.add_argument("--epochs", type=int, default=3)
+        e.add_argument("--lr", type=float, default=5e-3)
+        e.add_argument("--out", type=Path, default=Path("results"), help="folder for the results")
+        if name == "ner":
+            e.add_argument("--spec", required=True, help="layer spec")
+        else:
+            e.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
+                           help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
+            e.add_argument("--ks", type=int, nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
+            e.add_argument("--k0s", type=int, nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
+
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
     plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
     where = plan.add_mutually_exclusive_group(required=True)
@@ -148,6 +171,42 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_conll() -> str:
+    local = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "conll2003"
+    return str(local) if local.is_dir() else "eriktks/conll2003"
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import json
+
+    from nosink import EncoderFromDecoder
+    from nosink.evals.ner import NERConfig, evaluate_ner, load_conll
+    from nosink.evals.run_ner_sweep import ner_sweep
+
+    data = args.data or _default_conll()
+    train = load_conll(data, "train")[: args.train_limit]
+    dev = load_conll(data, "dev")[: args.limit]
+    config = NERConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length)
+    path = _model_path(args.model)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
+    meta = {"model": str(args.model), "model_path": path, "data": data, "command": " ".join(sys.argv)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.evaluation == "ner":
+        (result,) = evaluate_ner(encoder, train, dev, [args.spec], config)
+        (args.out / "ner.json").write_text(json.dumps({"meta": meta, "result": result.as_dict()}, indent=2) + "\n")
+        print(f"{result.spec}: F1 {result.f1:.4f} (P {result.precision:.4f}, R {result.recall:.4f}) "
+              f"on {result.n_eval} sentences, probe trained on {result.n_train}")  # fmt: skip
+        return 0
+    candidates = ner_sweep(encoder, train, dev, args.configs, args.out, args.ks, args.k0s, config, meta)
+    from nosink.evals.sweeps import best
+
+    print(f"{len(candidates)} specs; best F1 per configuration:")
+    for name, c in best(candidates, "f1").items():
+        print(f"  {name:<16} k={c.k:<3} k0={c.k0 if c.k0 is not None else '-':<3} F1 {c.scores['f1']:.4f}  {c.spec}")
+    print(f"wrote {args.out}/ner_sweep.json, .csv and .png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     from nosink import SpecError
@@ -155,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        return {"demo": _demo, "encode": _encode, "plan": _plan}[args.command](args)
+        return {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval}[args.command](args)
     except SpecError as err:
         print(f"nosink: bad spec: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,157 @@
+"""Sweeps over the paper's configuration families (k = converted layers, k0 = no-sink layers).
+
+A sweep evaluates every spec of the chosen families in one pass over the data: the encoder runs
+the specs as a prefix tree, so layers below the lowest converted one (and, for MASK0&BIDIR, the
+bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per spec.
+
+>>> [(c.config, c.k, str(c.spec)) for c in family_specs("MASK0-BIDIR", depth=30, ks=[2, 4])]
+[('MASK0-BIDIR', 2, 'F* | M0B*2'), ('MASK0-BIDIR', 4, 'F* | M0B*4')]
+>>> [(c.k, c.k0) for c in family_specs("MASK0&BIDIR", depth=30, ks=[4, 8], k0s=[2, 4])]
+[(4, 2), (8, 2), (8, 4)]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nosink import Spec, presets
+
+__all__ = [
+    "CONFIGS",
+    "Candidate",
+    "best",
+    "default_ks",
+    "family_specs",
+    "plot_sweep",
+    "write_table",
+]
+
+# The sweepable configurations: paper name -> spec for k converted layers.
+CONFIGS: dict[str, Callable[[int], Spec]] = {
+    "INPLACE-BIDIR": presets.inplace_bidir,
+    "INPLACE-BACK": presets.inplace_back,
+    "INTER-BIDIR": presets.inter_bidir,
+    "INTER-BACK": presets.inter_back,
+    "EXTRA-BIDIR": presets.extra_bidir,
+    "EXTRA-BACK": presets.extra_back,
+    "EXTEND-BIDIR": presets.extend_bidir,
+    "EXTEND-BACK": presets.extend_back,
+    "MASK0-FOR": presets.mask0_for,
+    "MASK0-BIDIR": presets.mask0_bidir,
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One spec of a sweep and where it sits in its family."""
+
+    config: str  # paper name, or BASELINE
+    k: int  # converted layers (0 for the baseline)
+    spec: Spec
+    k0: int | None = None  # no-sink layers, for MASK0&BIDIR
+    scores: dict[str, float] = field(default_factory=dict, compare=False)
+
+    def row(self) -> dict[str, Any]:
+        """A flat dict for CSV/JSON."""
+        return {"config": self.config, "k": self.k, "k0": self.k0, "spec": str(self.spec), **self.scores}
+
+
+def default_ks(depth: int) -> list[int]:
+    """A k grid that is dense where the paper's curves move (small k) and sparse above: 1, 2, 4, 6, 8, ..."""
+    ks = [1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64]
+    return [k for k in ks if k < depth] + [depth]
+
+
+def family_specs(
+    config: str, depth: int, ks: Iterable[int] | None = None, k0s: Iterable[int] | None = None
+) -> list[Candidate]:
+    """The specs of one configuration family on a model of ``depth`` layers.
+
+    ``BASELINE`` is one spec; ``MASK0&BIDIR`` takes every (k, k0) with k0 <= k from ``ks`` x ``k0s``
+    (default k0s: 1, 2, 3). EXTRA and EXTEND are limited to k <= depth and 5 respectively (the paper
+    stops EXTEND at 5).
+
+    Raises:
+        ValueError: for an unknown configuration.
+    """
+    ks = sorted(set(ks if ks is not None else default_ks(depth)))
+    key = config.upper().replace("MASKO", "MASK0")
+    if key == "BASELINE":
+        return [Candidate("BASELINE", 0, presets.baseline())]
+    if key == "MASK0&BIDIR":
+        k0s = sorted(set(k0s if k0s is not None else [1, 2, 3]))
+        return [
+            Candidate(key, k, presets.mask0_and_bidir(k, k0), k0) for k0 in k0s for k in ks if 1 <= k0 <= k <= depth
+        ]
+    if key not in CONFIGS:
+        raise ValueError(
+            f"unknown configuration {config!r}; expected BASELINE, MASK0&BIDIR or one of {sorted(CONFIGS)}"
+        )
+    limit = 5 if key.startswith("EXTEND") else depth
+    return [Candidate(key, k, CONFIGS[key](k)) for k in ks if 1 <= k <= limit]
+
+
+def best(candidates: Sequence[Candidate], metric: str) -> dict[str, Candidate]:
+    """The best candidate of each configuration by ``metric`` (ties: the smaller k)."""
+    out: dict[str, Candidate] = {}
+    for c in sorted(candidates, key=lambda c: (c.k, c.k0 or 0)):
+        if metric in c.scores and (c.config not in out or c.scores[metric] > out[c.config].scores[metric]):
+            out[c.config] = c
+    return out
+
+
+def write_table(candidates: Sequence[Candidate], folder: str | Path, name: str, meta: dict[str, Any]) -> list[Path]:
+    """Write ``name.json`` (rows plus ``meta``) and ``name.csv`` into ``folder``; returns the paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [c.row() for c in candidates]
+    json_path, csv_path = folder / f"{name}.json", folder / f"{name}.csv"
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return [json_path, csv_path]
+
+
+def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, title: str = "") -> Path:
+    """Score against k, one line per configuration (MASK0&BIDIR: one per k0), BASELINE as a dashed line.
+
+    The style of the paper's Figures 2, 4 and 6. Writes PNG or SVG by ``path``'s suffix.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    lines: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if metric not in c.scores:
+            continue
+        label = c.config if c.k0 is None else f"{c.config} (k0={c.k0})"
+        lines.setdefault(label, []).append(c)
+    for label, cs in lines.items():
+        if label == "BASELINE":
+            ax.axhline(cs[0].scores[metric], color="black", linestyle="--", linewidth=1, label="BASELINE")
+            continue
+        cs = sorted(cs, key=lambda c: c.k)
+        ax.plot([c.k for c in cs], [c.scores[metric] for c in cs], marker="o", markersize=3, label=label)
+    ax.set_xlabel("k (converted layers)")
+    ax.set_ylabel(metric)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,60 @@
+"""Sweeps: the spec families, the best pick, tables and plots, and an NER sweep end to end."""
+
+import json
+
+import pytest
+from test_ner import make_sentences
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder, parse_spec
+from nosink.evals.run_ner_sweep import ner_sweep
+from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, write_table
+
+
+def test_families():
+    assert default_ks(22) == [1, 2, 4, 6, 8, 10, 12, 16, 20, 22]
+    assert [str(c.spec) for c in family_specs("INPLACE-BACK", 4, [1, 4, 9])] == ["F* | R", "F* | R*4"]
+    assert [c.k for c in family_specs("EXTEND-BIDIR", 30, [2, 4, 6, 8])] == [2, 4]  # EXTEND stops at 5
+    grid = family_specs("MASK0&BIDIR", 10, [2, 3], [1, 3])
+    assert [(c.k, c.k0, str(c.spec)) for c in grid] == [
+        (2, 1, "F* | B | M0B"),
+        (3, 1, "F* | B*2 | M0B"),
+        (3, 3, "F* | M0B*3"),
+    ]
+    with pytest.raises(ValueError, match="unknown configuration 'SIDEWAYS'"):
+        family_specs("SIDEWAYS", 4)
+
+
+def test_best_and_table(tmp_path):
+    cs = [
+        Candidate("MASK0-BIDIR", 2, parse_spec("F* | M0B*2"), scores={"f1": 0.5}),
+        Candidate("MASK0-BIDIR", 4, parse_spec("F* | M0B*4"), scores={"f1": 0.7}),
+        Candidate("MASK0-BIDIR", 6, parse_spec("F* | M0B*6"), scores={"f1": 0.7}),
+        Candidate("BASELINE", 0, parse_spec("F*"), scores={"f1": 0.4}),
+    ]
+    chosen = best(cs, "f1")
+    assert chosen["MASK0-BIDIR"].k == 4 and chosen["BASELINE"].k == 0  # ties go to the smaller k
+    json_path, csv_path = write_table(cs, tmp_path, "t", {"model": "x"})
+    data = json.loads(json_path.read_text())
+    assert data["meta"] == {"model": "x"} and data["rows"][1] == {
+        "config": "MASK0-BIDIR", "k": 4, "k0": None, "spec": "F* | M0B*4", "f1": 0.7,
+    }  # fmt: skip
+    assert csv_path.read_text().splitlines()[0] == "config,k,k0,spec,f1"
+    png = plot_sweep(cs, "f1", tmp_path / "p.png", title="t")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ner_sweep_end_to_end(tmp_path):
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    train, evaluation = make_sentences(30, seed=1), make_sentences(15, seed=2)
+    cs = ner_sweep(
+        encoder, train, evaluation, ["INPLACE-BIDIR", "MASK0&BIDIR"], tmp_path, ks=[1, 2], k0s=[1],
+        meta={"model": "tiny"}, show_progress_bar=False,
+    )  # fmt: skip
+    assert [str(c.spec) for c in cs] == ["F*", "F* | B", "F* | B*2", "F* | M0B", "F* | B | M0B"]
+    assert all(0 <= c.scores["f1"] <= 1 for c in cs)
+    meta = json.loads((tmp_path / "ner_sweep.json").read_text())["meta"]
+    assert meta["n_train"] == 30 and meta["model"] == "tiny" and set(meta["best"]) == {
+        "BASELINE", "INPLACE-BIDIR", "MASK0&BIDIR",
+    }  # fmt: skip
+    assert (tmp_path / "ner_sweep.png").is_file()
