@@ -7,7 +7,7 @@ bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per
 >>> [(c.config, c.k, str(c.spec)) for c in family_specs("MASK0-BIDIR", depth=30, ks=[2, 4])]
 [('MASK0-BIDIR', 2, 'F* | M0B*2'), ('MASK0-BIDIR', 4, 'F* | M0B*4')]
 >>> [(c.k, c.k0) for c in family_specs("MASK0&BIDIR", depth=30, ks=[4, 8], k0s=[2, 4])]
-[(4, 2), (8, 2), (8, 4)]
+[(4, 2), (8, 2), (4, 4), (8, 4)]
 """
 
 from __future__ import annotations
