@@ -1,0 +1,92 @@
+"""Domain classification end to end on labelled texts built here, with a tiny random model."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder
+from nosink.evals.classify import (
+    Example,
+    evaluate_classification,
+    fit_and_score,
+    read_labeled,
+    read_labeled_lines,
+    should_smote,
+)
+
+TOPICS = {"finance": ["bank", "money", "loan"], "travel": ["paris", "london", "city", "park"]}
+FILLER = ["the", "is", "very", "good", "we", "like"]
+
+
+def make(n: int, seed: int) -> list[Example]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        label = rng.choice(sorted(TOPICS))
+        words = [rng.choice(TOPICS[label]) for _ in range(2)] + [rng.choice(FILLER) for _ in range(3)]
+        rng.shuffle(words)
+        out.append(Example(" ".join(words), label))
+    return out
+
+
+def test_readers(tmp_path):
+    assert read_labeled_lines(["text;label_name", "i am happy;joy"], label_column="label_name") == [
+        Example("i am happy", "joy")
+    ]
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": "a loan", "label": 1}) + "\n\n")
+    assert read_labeled(tmp_path / "d.jsonl") == [Example("a loan", "1")]
+    (tmp_path / "d.csv").write_text("sentence,label\nx,y\n")
+    with pytest.raises(ValueError, match="no column 'text'; the header has \\['sentence', 'label'\\]"):
+        read_labeled(tmp_path / "d.csv")
+    (tmp_path / "bad.jsonl").write_text("{nope\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1 is not JSON"):
+        read_labeled(tmp_path / "bad.jsonl")
+
+
+def test_shared_banking77_copy_reads():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "shared" / "data" / "banking77" / "test.csv"
+    if not path.is_file():
+        pytest.skip("../shared/data is absent")
+    rows = read_labeled(path, label_column="category")
+    assert len(rows) == 3080 and len({r.label for r in rows}) == 77
+
+
+def test_constructed_scores():
+    # Separable features: a perfect classifier scores 1.0 everywhere; shuffled training labels do not.
+    rng = np.random.default_rng(0)
+    y = ["a"] * 50 + ["b"] * 50
+    x = np.concatenate([rng.normal(-3, 1, (50, 4)), rng.normal(3, 1, (50, 4))])
+    scores, used = fit_and_score(x, y, x, y, smote=False)
+    assert scores == {"accuracy": 1.0, "f1_macro": 1.0, "f1_micro": 1.0, "f1_weighted": 1.0} and not used
+    shuffled = list(rng.permutation(y))
+    worse, _ = fit_and_score(x, shuffled, x, y, smote=False)
+    assert worse["accuracy"] < 0.9
+
+
+def test_smote_rule_and_run():
+    assert should_smote(["a"] * 10 + ["b"] * 10)  # small
+    assert not should_smote(["a"] * 600 + ["b"] * 600)
+    assert should_smote(["a"] * 1500 + ["b"] * 400)  # imbalanced
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(-3, 1, (30, 4)), rng.normal(3, 1, (5, 4))])
+    y = ["a"] * 30 + ["b"] * 5
+    scores, used = fit_and_score(x, y, x, y)
+    assert used and scores["f1_macro"] > 0.9
+    with pytest.raises(ValueError, match="at least two classes"):
+        fit_and_score(x, ["a"] * 35, x, y)
+
+
+def test_end_to_end_with_specs():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    train, test = make(80, seed=1), make(40, seed=2)
+    results = evaluate_classification(encoder, train, test, specs=["F*", "F* | M0B*2"])
+    assert [r.spec for r in results] == ["F*", "F* | M0B*2"]
+    for r in results:
+        assert 0 <= r.accuracy <= 1 and r.n_train == 80 and r.n_test == 40 and r.smote  # 80 < 1000: SMOTE
+    with pytest.raises(ValueError, match="need training and test examples"):
+        evaluate_classification(encoder, [], test)
