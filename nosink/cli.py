@@ -79,6 +79,19 @@ def _parser() -> argparse.ArgumentParser:
             e.add_argument("--ks", type=int, nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
             e.add_argument("--k0s", type=int, nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
 
+    c = evsub.add_parser("classify", help="logistic regression on frozen embeddings (domain tasks, section 4.1)")
+    c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    c.add_argument("--train", type=Path, required=True, help="CSV/TSV (with header) or JSONL of training texts")
+    c.add_argument("--test", type=Path, required=True, help="the same for the test texts")
+    c.add_argument("--text-column", default="text")
+    c.add_argument("--label-column", default="label")
+    c.add_argument("--specs", nargs="+", required=True, help="one or more layer specs, evaluated in one pass")
+    c.add_argument("--instruction", help="prompt before every text (the paper uses none for domain tasks)")
+    c.add_argument("--smote", choices=["auto", "yes", "no"], default="auto",
+                   help="oversample with SMOTE: auto = when small (<1000) or imbalanced (>=3x)")  # fmt: skip
+    c.add_argument("--limit", type=int, help="use the first N training and test texts (quick runs)")
+    c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
+
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
     plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
     where = plan.add_mutually_exclusive_group(required=True)
@@ -176,8 +189,33 @@ def _default_conll() -> str:
     return str(local) if local.is_dir() else "eriktks/conll2003"
 
 
+def _classify(args: argparse.Namespace) -> int:
+    import json
+
+    from nosink import EncoderFromDecoder
+    from nosink.evals.classify import evaluate_classification, read_labeled
+
+    train = read_labeled(args.train, args.text_column, args.label_column)[: args.limit]
+    test = read_labeled(args.test, args.text_column, args.label_column)[: args.limit]
+    path = _model_path(args.model)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
+    smote = {"auto": "auto", "yes": True, "no": False}[args.smote]
+    results = evaluate_classification(encoder, train, test, args.specs, args.instruction, smote)
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": str(args.model), "train": str(args.train), "test": str(args.test), "command": " ".join(sys.argv)}
+    payload = {"meta": meta, "results": [r.as_dict() for r in results]}
+    (args.out / "classification.json").write_text(json.dumps(payload, indent=2) + "\n")
+    for r in results:
+        print(f"{r.spec:<28} accuracy {r.accuracy:.4f}  macro-F1 {r.f1_macro:.4f}  weighted-F1 {r.f1_weighted:.4f}"
+              f"{'  (SMOTE)' if r.smote else ''}")  # fmt: skip
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
+
+    if args.evaluation == "classify":
+        return _classify(args)
 
     from nosink import EncoderFromDecoder
     from nosink.evals.ner import NERConfig, evaluate_ner, load_conll

@@ -66,3 +66,21 @@ def test_missing_model_folder_is_an_error_not_a_traceback(tmp_path, capsys):
         main(["encode", str(tmp_path / "nowhere"), "--spec", "F*", "--text", "a", "-o", str(tmp_path / "v.npy")]) == 1
     )
     assert "nosink:" in capsys.readouterr().err
+
+
+def test_eval_classify(saved, tmp_path, capsys):
+    import json
+
+    rows = (
+        ["text;topic"]
+        + [f"{w} bank money;finance" for w in ("the", "a", "we", "i")]
+        + [f"{w} paris city;travel" for w in ("the", "a", "we", "i")]
+    )
+    data = tmp_path / "d.csv"
+    data.write_text("\n".join(rows) + "\n")
+    args = ["eval", "classify", str(saved), "--train", str(data), "--test", str(data), "--label-column", "topic",
+            "--specs", "F*", "F* | M0B*2", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(args) == 0
+    out = json.loads((tmp_path / "out" / "classification.json").read_text())
+    assert [r["spec"] for r in out["results"]] == ["F*", "F* | M0B*2"]
+    assert "accuracy" in capsys.readouterr().out
