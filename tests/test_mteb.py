@@ -1,0 +1,294 @@
+"""The MTEB evaluation: mteb scores tiny local copies, the paper's instructions and normalisation, sweeps."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny import WORDS, tiny_decoder, tiny_tokenizer
+
+mteb = pytest.importorskip("mteb")
+
+from scipy.stats import spearmanr  # noqa: E402
+
+from nosink import EncoderFromDecoder, parse_spec  # noqa: E402
+from nosink.evals.mteb_eval import (  # noqa: E402
+    PAPER_TASKS,
+    NosinkMTEBEncoder,
+    SpecSweepCache,
+    format_instruction,
+    run_mteb,
+)
+
+SPEC = "F* | M0B*2"
+STS_PROMPT = "Instruct: Retrieve semantically similar text.\nQuery: "
+BANKING_PROMPT = "Instruct: Given an online banking query, find the corresponding intents.\nQuery: "
+EMOTION_PROMPT = format_instruction(PAPER_TASKS["EmotionClassification"])
+SCIFACT_PROMPT = "Instruct: Given a scientific claim, retrieve documents that support or refute the claim.\nQuery: "
+
+
+def sentence(rng, n=5):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def write_data(root: Path) -> dict:
+    """Tiny copies in the shared folders' formats: stsb/, banking77/, emotion/."""
+    rng = random.Random(0)
+    stsb = root / "stsb"
+    stsb.mkdir(parents=True)
+    pairs = [(f"{sentence(rng)} {i}", f"{sentence(rng)} x{i}", round(rng.uniform(0, 5), 2)) for i in range(16)]
+    lines = [f"main-news\tfile\t2012\t{i:04d}\t{s:.2f}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs)]
+    lines[3] += "\textra\tcolumns"  # some rows of the real file carry extra columns
+    (stsb / "sts-test.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    categories = ["card_arrival", "exchange_rate", "lost_or_stolen_card"]
+    banking = root / "banking77"
+    banking.mkdir()
+    (banking / "categories.json").write_text(json.dumps(categories), encoding="utf-8")
+    rows = {}
+    for split, n in (("train", 8), ("test", 4)):
+        rows[split] = [(f"{sentence(rng)}, {c} {k}", c) for c in categories for k in range(n)]
+        body = "".join(f'"{t}",{c}\n' for t, c in rows[split])  # quoted: the texts hold commas
+        (banking / f"{split}.csv").write_text("text,category\n" + body, encoding="utf-8")
+
+    emotion = root / "emotion"
+    emotion.mkdir()
+    for split, n in (("train", 6), ("val", 2), ("test", 3)):
+        body = "".join(f"{sentence(rng)} {split}{k};{lab}\n" for lab in ("joy", "sadness") for k in range(n))
+        (emotion / f"{split}.txt").write_text("text;label_name\n" + body, encoding="utf-8")
+    return {"sts": pairs, "banking": rows}
+
+
+def make_encoder(spec=SPEC):
+    return EncoderFromDecoder(tiny_decoder("llama"), spec, tiny_tokenizer())
+
+
+class EncodeSpy:
+    """Wraps encoder.encode, recording each call's instruction, normalisation, texts and output norms."""
+
+    def __init__(self, encoder):
+        self.original = encoder.encode
+        self.calls = []
+
+    def __call__(self, sentences, instruction=None, **kwargs):
+        out = self.original(sentences, instruction, **kwargs)
+        self.calls.append(
+            {
+                "texts": list(sentences),
+                "instruction": instruction,
+                "normalize": kwargs.get("normalize_embeddings", False),
+                "pooling": kwargs.get("pooling", "mean"),
+                "norms": np.linalg.norm(out, axis=1),
+            }
+        )
+        return out
+
+    def for_texts(self, texts):
+        texts = set(texts)
+        return [c for c in self.calls if texts & set(c["texts"])]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mteb")
+    data = write_data(root / "data")
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(encoder, "encode", spy)
+        tasks = ["STSBenchmark", "Banking77Classification", "EmotionClassification", "SciFact"]
+        summary = run_mteb(encoder, tasks, data_dir=root / "data", out_dir=root / "out")
+    return {"summary": summary, "spy": spy, "data": data, "encoder": encoder, "root": root}
+
+
+def test_mteb_scores_local_copies(local_run):
+    tasks = local_run["summary"]["tasks"]
+    for name in ("STSBenchmark", "Banking77Classification", "EmotionClassification"):
+        assert tasks[name]["status"] == "ok", tasks[name]
+        assert tasks[name]["source"].startswith("local:")
+    sts = tasks["STSBenchmark"]["scores"][SPEC]
+    assert tasks["STSBenchmark"]["main_score"] == "cosine_spearman"
+    assert -1.0 <= sts <= 1.0
+    for name in ("Banking77Classification", "EmotionClassification"):
+        assert tasks[name]["main_score"] == "accuracy"
+        assert 0.0 <= tasks[name]["scores"][SPEC] <= 1.0
+    assert local_run["summary"]["limit"] is None
+
+
+def test_sts_score_is_spearman_of_our_cosines(local_run):
+    # mteb's main score must be what our own vectors give on the pairs as written: the pairs, their
+    # order and their gold scores were read correctly (the row with extra columns included).
+    pairs = local_run["data"]["sts"]
+    encode = local_run["spy"].original
+    a = encode([p[0] for p in pairs], STS_PROMPT, normalize_embeddings=True)
+    b = encode([p[1] for p in pairs], STS_PROMPT, normalize_embeddings=True)
+    from mteb.similarity_functions import pairwise_cos_sim
+
+    cos = np.asarray(pairwise_cos_sim(a, b), dtype=np.float64)
+    expected = spearmanr([p[2] for p in pairs], cos)[0]
+    got = local_run["summary"]["tasks"]["STSBenchmark"]["scores"][SPEC]
+    assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_results_json_in_mteb_format(local_run):
+    summary = local_run["summary"]
+    for name, entry in summary["tasks"].items():
+        if entry["status"] != "ok":
+            continue
+        path = Path(entry["files"][SPEC])
+        assert path.is_file() and path.name == f"{name}.json"
+        assert path.is_relative_to(local_run["root"] / "out" / "results" / "nosink__llama")
+        raw = json.loads(path.read_text())
+        assert raw["task_name"] == name and "mteb_version" in raw and "dataset_revision" in raw
+        loaded = mteb.TaskResult.from_disk(path)  # mteb reads back its own format
+        assert loaded.get_score() == pytest.approx(entry["scores"][SPEC], abs=1e-6)
+        meta = json.loads((path.parent / "model_meta.json").read_text())
+        assert meta["name"] == "nosink/llama"
+        assert meta["experiment_kwargs"]["spec"] == SPEC
+        assert meta["similarity_fn_name"] == "cosine"
+
+
+def test_instructions_and_normalisation_per_task_type(local_run):
+    spy, data = local_run["spy"], local_run["data"]
+    sts_calls = spy.for_texts([p[0] for p in data["sts"]] + [p[1] for p in data["sts"]])
+    assert len(sts_calls) == 2  # sentence1 and sentence2
+    for call in sts_calls:
+        assert call["instruction"] == STS_PROMPT
+        assert call["normalize"] is True and call["pooling"] == "mean"
+        np.testing.assert_allclose(call["norms"], 1.0, rtol=1e-5)
+
+    banking_texts = [t for rows in data["banking"].values() for t, _ in rows]
+    banking_calls = spy.for_texts(banking_texts)
+    assert len(banking_calls) == 2  # train and test
+    assert {t for c in banking_calls for t in c["texts"]} == set(banking_texts)
+    seen = sts_calls + banking_calls
+    emotion_calls = [c for c in spy.calls if all(c is not d for d in seen)]
+    assert len(emotion_calls) == 2
+    for calls, prompt in ((banking_calls, BANKING_PROMPT), (emotion_calls, EMOTION_PROMPT)):
+        for call in calls:
+            assert call["instruction"] == prompt
+            assert call["normalize"] is False  # classification keeps raw embeddings
+            assert not np.allclose(call["norms"], 1.0, rtol=1e-3)
+
+
+def test_missing_task_is_skipped_with_reason(local_run):
+    entry = local_run["summary"]["tasks"]["SciFact"]
+    assert entry["status"] == "skipped"
+    assert "no local copy" in entry["reason"] and "hub" in entry["reason"]
+    assert not list((local_run["root"] / "out").rglob("SciFact.json"))
+
+
+def test_unknown_task_is_skipped(tmp_path):
+    summary = run_mteb(make_encoder(), ["NoSuchTask"], out_dir=tmp_path)
+    assert summary["tasks"]["NoSuchTask"]["status"] == "skipped"
+    assert "unknown mteb task" in summary["tasks"]["NoSuchTask"]["reason"]
+
+
+def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
+    from datasets import Dataset
+
+    rng = random.Random(1)
+    docs = {f"d{i}": sentence(rng, 8) for i in range(6)}
+    queries = {f"q{i}": sentence(rng, 4) for i in range(3)}
+    task = mteb.get_task("SciFact")
+    task.dataset = {
+        "default": {
+            "test": {
+                "corpus": Dataset.from_dict({"id": list(docs), "title": [""] * 6, "text": list(docs.values())}),
+                "queries": Dataset.from_dict({"id": list(queries), "text": list(queries.values())}),
+                "relevant_docs": {"q0": {"d0": 1}, "q1": {"d2": 1}, "q2": {"d4": 1, "d5": 1}},
+                "top_ranked": None,
+            }
+        }
+    }
+    task.data_loaded = True
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    monkeypatch.setattr(encoder, "encode", spy)
+    summary = run_mteb(encoder, [task], out_dir=tmp_path)
+    entry = summary["tasks"]["SciFact"]
+    assert entry["status"] == "ok" and entry["source"] == "preloaded"
+    assert 0.0 <= entry["scores"][SPEC] <= 1.0
+    query_calls = spy.for_texts(queries.values())
+    doc_calls = spy.for_texts(docs.values())
+    assert query_calls and doc_calls
+    assert all(c["instruction"] == SCIFACT_PROMPT and c["normalize"] for c in query_calls)
+    assert all(c["instruction"] is None and c["normalize"] for c in doc_calls)
+
+
+def test_limit_subsamples_every_split_and_is_recorded(tmp_path, monkeypatch):
+    write_data(tmp_path / "data")
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    monkeypatch.setattr(encoder, "encode", spy)
+    summary = run_mteb(encoder, ["STSBenchmark", "Banking77Classification"], tmp_path / "data", tmp_path / "out", 5)
+    assert summary["limit"] == 5 and "5" in summary["note"]
+    assert all(e["status"] == "ok" for e in summary["tasks"].values())
+    assert [len(c["texts"]) for c in spy.calls] == [5, 5, 5, 5]  # sts1, sts2, banking train, banking test
+    for entry in summary["tasks"].values():
+        path = Path(entry["files"][SPEC])
+        assert "limit_5" in str(path)
+        meta = json.loads((path.parent / "model_meta.json").read_text())
+        assert meta["experiment_kwargs"]["limit"] == 5
+
+
+def test_sweep_encodes_each_text_once_for_all_specs(tmp_path, monkeypatch):
+    data = write_data(tmp_path / "data")
+    specs = ["F* | M0B*2", "F*|B*2"]
+    names = [str(parse_spec(s)) for s in specs]
+    encoder = make_encoder()
+    calls = []
+    original = encoder.encode_specs
+
+    def spy(specs_, sentences, instruction=None, **kwargs):
+        calls.append((list(specs_), list(sentences), instruction, kwargs["normalize_embeddings"]))
+        return original(specs_, sentences, instruction, **kwargs)
+
+    monkeypatch.setattr(encoder, "encode_specs", spy)
+    summary = run_mteb(encoder, ["STSBenchmark"], tmp_path / "data", tmp_path / "out", specs=specs)
+    entry = summary["tasks"]["STSBenchmark"]
+    assert summary["specs"] == names and set(entry["scores"]) == set(names)
+
+    # The first spec's two encode calls (sentence1, sentence2) fill the cache for both specs;
+    # the second spec is served from it.
+    assert len(calls) == 2
+    assert all(c[0] == names and c[2] == STS_PROMPT and c[3] is True for c in calls)
+    encoded = [t for c in calls for t in c[1]]
+    assert len(encoded) == len(set(encoded))
+    assert set(encoded) == {p[0] for p in data["sts"]} | {p[1] for p in data["sts"]}
+
+    # Each spec's score equals a plain run of an encoder built with that spec, and has its own file.
+    for i, spec in enumerate(names):
+        single = run_mteb(make_encoder(spec), ["STSBenchmark"], tmp_path / "data", tmp_path / f"single{i}")
+        assert entry["scores"][spec] == pytest.approx(single["tasks"]["STSBenchmark"]["scores"][spec], abs=1e-6)
+        assert Path(entry["files"][spec]).is_file()
+    assert entry["files"][names[0]] != entry["files"][names[1]]
+
+
+def test_sweep_cache_keys_and_wrapper_protocol():
+    encoder = make_encoder()
+    cache = SpecSweepCache(encoder, ["F* | M0B*2", "F* | B*2"])
+    calls = []
+    original = encoder.encode_specs
+    encoder.encode_specs = lambda *a, **k: calls.append(a[1]) or original(*a, **k)
+    raw = cache.get("F* | B*2", ["a dog", "the cat", "a dog"], "p", normalize=False)
+    again = cache.get("F*|B*2", ["the cat"], "p", normalize=False)
+    normed = cache.get("F* | B*2", ["the cat"], "p", normalize=True)
+    other = cache.get("F* | B*2", ["the cat"], None, normalize=False)
+    assert calls == [["a dog", "the cat"], ["the cat"], ["the cat"]]  # one call per new (instruction, normalize)
+    np.testing.assert_array_equal(raw[0], raw[2])
+    np.testing.assert_array_equal(again[0], raw[1])
+    np.testing.assert_allclose(normed[0], raw[1] / np.linalg.norm(raw[1]), rtol=1e-5)
+    assert not np.allclose(other[0], raw[1])
+    with pytest.raises(KeyError):
+        cache.get("F* | B*3", ["the cat"], None, normalize=False)
+
+    from mteb.models import EncoderProtocol
+
+    model = NosinkMTEBEncoder(encoder, "F* | B*2", cache=cache)
+    assert isinstance(model, EncoderProtocol)
+    meta = model.mteb_model_meta
+    assert meta.name == "nosink/llama" and meta.experiment_kwargs["spec"] == "F* | B*2"
+    with pytest.raises(ValueError, match="not in the cache"):
+        NosinkMTEBEncoder(encoder, "F* | B*3", cache=cache)
