@@ -79,6 +79,15 @@ def _parser() -> argparse.ArgumentParser:
             e.add_argument("--ks", type=int, nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
             e.add_argument("--k0s", type=int, nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
 
+    m = evsub.add_parser("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)")
+    m.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    m.add_argument("--specs", nargs="+", required=True, help="one or more layer specs (a sweep shares work)")
+    m.add_argument("--tasks", nargs="+", help="mteb task names (default: the paper's subset)")
+    m.add_argument("--data-dir", type=Path, help="folder with local copies (stsb/, banking77/, emotion/, <Task>/)")
+    m.add_argument("--limit", type=int, help="at most N items per split, seeded (quick runs; not comparable)")
+    m.add_argument("--batch-size", type=int, default=32)
+    m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
+
     c = evsub.add_parser("classify", help="logistic regression on frozen embeddings (domain tasks, section 4.1)")
     c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
     c.add_argument("--train", type=Path, required=True, help="CSV/TSV (with header) or JSONL of training texts")
@@ -184,9 +193,17 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shared_data() -> Path | None:
+    """The project's local data copies (``../shared/data`` beside the checkout), if present."""
+    for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
+        if (root / "shared" / "data").is_dir():
+            return root / "shared" / "data"
+    return None
+
+
 def _default_conll() -> str:
-    local = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "conll2003"
-    return str(local) if local.is_dir() else "eriktks/conll2003"
+    shared = _shared_data()
+    return str(shared / "conll2003") if shared and (shared / "conll2003").is_dir() else "eriktks/conll2003"
 
 
 def _classify(args: argparse.Namespace) -> int:
@@ -211,11 +228,38 @@ def _classify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mteb(args: argparse.Namespace) -> int:
+    import json
+
+    from nosink import EncoderFromDecoder
+    from nosink.evals.mteb_eval import run_mteb
+
+    data_dir = args.data_dir or _shared_data()
+    path = _model_path(args.model)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
+    name = f"nosink/{Path(path).name}"
+    summary = run_mteb(
+        encoder, args.tasks, data_dir, args.out, args.limit, args.specs, model_name=name, batch_size=args.batch_size
+    )
+    summary["command"] = " ".join(sys.argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    for name, task in summary["tasks"].items():
+        if task["status"] != "ok":
+            print(f"{name:<32} skipped: {task['reason']}")
+            continue
+        for spec, score in task["scores"].items():
+            print(f"{name:<32} {task['main_score']} {score:.4f}  {spec}")
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
 
     if args.evaluation == "classify":
         return _classify(args)
+    if args.evaluation == "mteb":
+        return _mteb(args)
 
     from nosink import EncoderFromDecoder
     from nosink.evals.ner import NERConfig, evaluate_ner, load_conll

@@ -84,3 +84,20 @@ def test_eval_classify(saved, tmp_path, capsys):
     out = json.loads((tmp_path / "out" / "classification.json").read_text())
     assert [r["spec"] for r in out["results"]] == ["F*", "F* | M0B*2"]
     assert "accuracy" in capsys.readouterr().out
+
+
+def test_eval_mteb_on_a_local_sts_copy(saved, tmp_path, capsys):
+    import json
+
+    from test_mteb import write_data
+
+    write_data(tmp_path / "data")
+    args = ["eval", "mteb", str(saved), "--specs", "F*", "F* | M0B*2", "--tasks", "STSBenchmark", "SciFact",
+            "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["tasks"]["STSBenchmark"]["status"] == "ok"
+    assert set(summary["tasks"]["STSBenchmark"]["scores"]) == {"F*", "F* | M0B*2"}
+    assert summary["tasks"]["SciFact"]["status"] == "skipped"
+    out = capsys.readouterr().out
+    assert "STSBenchmark" in out and "SciFact" in out and "skipped" in out
