@@ -17,6 +17,9 @@ from nosink.evals.classify import (
     should_smote,
 )
 
+pytest.importorskip("sklearn")  # the eval extra
+pytest.importorskip("imblearn")  # the eval extra
+
 TOPICS = {"finance": ["bank", "money", "loan"], "travel": ["paris", "london", "city", "park"]}
 FILLER = ["the", "is", "very", "good", "we", "like"]
 

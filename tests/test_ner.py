@@ -9,6 +9,8 @@ from tiny import tiny_decoder, tiny_tokenizer
 from nosink import EncoderFromDecoder
 from nosink.evals.ner import NERConfig, Sentence, _word_token_index, evaluate_ner, read_conll_lines
 
+pytest.importorskip("seqeval")  # the eval extra
+
 CITIES, PEOPLE = ["paris", "london", "france", "england"], ["i", "you", "we"]
 FILLER = ["the", "cat", "sat", "on", "mat", "is", "very", "good"]
 

@@ -10,6 +10,9 @@ from nosink import EncoderFromDecoder, parse_spec
 from nosink.evals.run_ner_sweep import ner_sweep
 from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, write_table
 
+pytest.importorskip("seqeval")  # the eval extra
+pytest.importorskip("matplotlib")  # the eval extra
+
 
 def test_families():
     assert default_ks(22) == [1, 2, 4, 6, 8, 10, 12, 16, 20, 22]
