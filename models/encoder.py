@@ -23,8 +23,6 @@ __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
 
-_FORMAT = 1  # version of the nosink.json layout written by save_pretrained
-
 
 @dataclass
 class _EncodeOptions:
@@ -95,8 +93,9 @@ class EncoderOutput:
     Attributes:
         last_hidden_state: ``(B, T, D)`` token states after the final norm.
         attention_mask: ``(B, T)`` the mask the batch ran with (1 = real token).
-        hidden_states: the main stream before the first layer and after each of its layer
-            steps (no final norm), when asked for; else ``None``.
+        hidden_states: the main stream (no final norm) before the first layer, after each layer
+            step on it and after each merge into it, when asked for; else ``None``. The last entry is
+            what the final norm receives. INTER and EXTRA branch layers appear only through their merge.
     """
 
     last_hidden_state: torch.Tensor
@@ -182,14 +181,16 @@ class EncoderFromDecoder(nn.Module):
 
         Raises:
             ValueError: if no spec is given for a plain decoder.
-            OSError: if a saved folder's files are missing, corrupted or do not match its config.
-            SpecError: if the spec is malformed or does not fit the model.
+            OSError: if the folder does not exist, or a saved folder's files are missing, corrupted or
+                do not match its config.
+            SpecError: if the spec is malformed or does not fit the model (raised before any weights load).
+            UnsupportedModelError: for an unsupported family (also before any weights load).
         """
-        from .saving import load_decoder
+        from .families import family_of
+        from .saving import check_saved, load_config, load_model, load_tokenizer, read_saved
 
-        decoder, tokenizer, saved = load_decoder(
-            name_or_path, dtype=dtype, attn_implementation=attn_implementation, **hf_kwargs
-        )
+        # Everything that can be checked without weights is checked first: the spec, the family, the depth.
+        saved = read_saved(name_or_path)
         if spec is None:
             if saved is None:
                 raise ValueError(
@@ -197,6 +198,16 @@ class EncoderFromDecoder(nn.Module):
                     "or spec=nosink.presets.mask0_bidir(k=4)"
                 )
             spec = saved["spec"]
+        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        config = load_config(name_or_path, **hf_kwargs)
+        family_of(config)
+        spec.resolve(config.num_hidden_layers)
+        if saved is not None:
+            check_saved(Path(name_or_path), saved, config)
+        decoder = load_model(
+            name_or_path, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
+        )
+        tokenizer = load_tokenizer(name_or_path, **hf_kwargs)
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
         encoder = cls(decoder, spec, tokenizer, sink_token=sink_token)
@@ -209,7 +220,7 @@ class EncoderFromDecoder(nn.Module):
         """
         from .saving import save_encoder
 
-        save_encoder(self, Path(directory), {"format": _FORMAT, "spec": str(self.spec), "sink_token": self.sink_token})
+        save_encoder(self, Path(directory), {"spec": str(self.spec), "sink_token": self.sink_token})
 
     # ------------------------------------------------------------------ the layer loop
 
@@ -257,6 +268,8 @@ class EncoderFromDecoder(nn.Module):
             SpecError: if a spec does not fit this decoder.
             ValueError: for shapes or masks that do not fit.
         """
+        if not specs:
+            raise ValueError("forward_specs() needs at least one spec")
         plans = [self._plan_of(spec) for spec in specs]
         batch = self._prepare(input_ids, attention_mask)
         out: dict[str, torch.Tensor] = {}
@@ -293,6 +306,14 @@ class EncoderFromDecoder(nn.Module):
             raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
         if input_ids.shape[1] == 0:
             raise ValueError("input_ids has no tokens (sequence length 0)")
+        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+        vocab = self.parts.embed_tokens.num_embeddings
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+            raise ValueError(
+                f"input_ids hold ids from {int(input_ids.min())} to {int(input_ids.max())} but the model's "
+                f"vocabulary has ids 0 to {vocab - 1}: is the tokenizer the model's own?"
+            )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if attention_mask.shape != input_ids.shape:
@@ -302,6 +323,9 @@ class EncoderFromDecoder(nn.Module):
         device = self.parts.embed_tokens.weight.device
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         position_ids = relative_positions(attention_mask).clamp(min=0)  # (B, T), counted from each row's first token
+        limit = self.parts.max_positions
+        if limit is not None and input_ids.shape[1] > limit:
+            raise ValueError(f"{input_ids.shape[1]} tokens exceed this model's {limit} learned positions; truncate")
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
         context = self.parts.position_context(hidden, position_ids)
         return _Batch(hidden, attention_mask, position_ids, context, {})
@@ -335,6 +359,8 @@ class EncoderFromDecoder(nn.Module):
                 streams[step.target] = streams[step.source]  # layers never write in place, so no copy
             elif isinstance(step, Merge):
                 streams[step.target] = streams[step.target] + streams.pop(step.source)
+                if history is not None and step.target == "main":
+                    history.append(streams["main"])
         return streams
 
     # ------------------------------------------------------------------ texts in, vectors out
@@ -358,8 +384,9 @@ class EncoderFromDecoder(nn.Module):
 
         Each input is ``[sink token] + instruction + text`` (see ``sink_token``); pooling uses the
         text tokens only, never the instruction or the sink token (the paper's protocol).
-        Texts are sorted by length and batched; results come back in input order and do not
-        depend on the batch size, the padding side or the other texts in a batch.
+        Texts are sorted by length and batched; results come back in input order and, in float32,
+        do not depend on the batch size, the padding side or the other texts in a batch (to about
+        1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
 
         Args:
             sentences: one text or a list of texts.
@@ -370,7 +397,8 @@ class EncoderFromDecoder(nn.Module):
             output_value: ``sentence_embedding`` (one vector per text) or ``token_embeddings``
                 (per text, a ``(n_text_tokens, D)`` array of its text tokens' states).
             convert_to_numpy: return numpy (float32) rather than torch.
-            convert_to_tensor: return one stacked torch tensor (wins over ``convert_to_numpy``).
+            convert_to_tensor: return torch rather than numpy (wins over ``convert_to_numpy``): one
+                stacked tensor of sentence embeddings, or a list of tensors of token embeddings.
             normalize_embeddings: L2-normalise sentence embeddings.
             max_length: at most this many tokens per input; longer texts are truncated.
             padding_side: ``right`` (default) or ``left``; the result is the same.
@@ -419,6 +447,8 @@ class EncoderFromDecoder(nn.Module):
             SpecError: if a spec does not fit this decoder.
             ValueError: as for :meth:`encode`.
         """
+        if not specs:
+            raise ValueError("encode_specs() needs at least one spec")
         opts = _EncodeOptions(**kwargs)
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
@@ -430,13 +460,17 @@ class EncoderFromDecoder(nn.Module):
             if not isinstance(text, str):
                 raise ValueError(f"sentences[{i}] is a {type(text).__name__}, not a string")
 
-        prefix = self.sink_ids() + (self._tokenize(instruction) if instruction else [])
-        if len(prefix) >= opts.max_length:
+        sink = self.sink_ids()
+        room = opts.max_length - len(sink) - (len(self._tokenize(instruction)) if instruction else 0)
+        if room < 1:
             raise ValueError(
-                f"the sink token and instruction take {len(prefix)} tokens, leaving no room for text "
+                f"the sink token and instruction take {opts.max_length - room} tokens, leaving no room for text "
                 f"within max_length={opts.max_length}"
             )
-        inputs = [(prefix, self._tokenize(text)[: opts.max_length - len(prefix)]) for text in texts]
+        inputs = []
+        for text in texts:
+            head, body = self._split(instruction, text)
+            inputs.append((sink + head, body[: opts.max_length - len(sink) - len(head)]))
         order = sorted(range(len(texts)), key=lambda i: -(len(inputs[i][0]) + len(inputs[i][1])))
         n_batches = -(-len(texts) // opts.batch_size)
         show = n_batches > 8 if opts.show_progress_bar is None else opts.show_progress_bar
@@ -475,6 +509,21 @@ class EncoderFromDecoder(nn.Module):
         if tok.bos_token_id is None:
             return []
         return [tok.bos_token_id]
+
+    def _split(self, instruction: str | None, text: str) -> tuple[list[int], list[int]]:
+        """Token ids of ``instruction + text``, split where the text starts.
+
+        The two are tokenized together, as the model reads them (apart, a prompt ending in a space
+        would leave a lone space token). A token that reaches into the text counts as text.
+        """
+        if not instruction:
+            return [], self._tokenize(text)
+        if not getattr(self.tokenizer, "is_fast", False):  # no offsets: tokenize the parts apart
+            return self._tokenize(instruction), self._tokenize(text)
+        enc = self.tokenizer(instruction + text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+        cut = sum(1 for _, end in offsets if end <= len(instruction))
+        return ids[:cut], ids[cut:]
 
     def _tokenize(self, text: str) -> list[int]:
         # No special tokens: the sink token is added once, by sink_ids(), whatever the tokenizer's habits.

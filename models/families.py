@@ -126,6 +126,8 @@ class DecoderParts:
         self.dropout: nn.Module | None = getattr(self.model, f.dropout) if f.dropout else None
         self.rotary: nn.Module | None = getattr(self.model, "rotary_emb", None) if f.positions != "learned" else None
         self.depth = len(self.layers)
+        # Learned position tables (GPT-2) cap the sequence length; rotary models have no table.
+        self.max_positions: int | None = self.position_embed.num_embeddings if self.position_embed is not None else None
         # The stock model's own sliding window per layer (None for full attention): per layer type
         # where the config lists them (Qwen2/3, Gemma3), else the config's window for every layer
         # (Mistral, Phi-3 with sliding_window set).

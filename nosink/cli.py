@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
     enc.add_argument("--spec", help="layer spec; optional for a saved encoder")
     enc.add_argument("--text", action="append", default=[], help="a text to encode (repeatable)")
-    enc.add_argument("--file", type=Path, help="a UTF-8 file with one text per line")
+    enc.add_argument("--file", type=Path, help="a UTF-8 file, one text per line (no blank lines); after --text")
     enc.add_argument("-o", "--output", type=Path, required=True, help="output file: .npy or .safetensors")
     enc.add_argument("--instruction", help="prompt put before every text (not pooled)")
     enc.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
@@ -153,7 +153,14 @@ def _encode(args: argparse.Namespace) -> int:
 
     texts = list(args.text)
     if args.file:
-        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = args.file.read_text(encoding="utf-8").splitlines()
+        blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
+        if blank:
+            raise SystemExit(
+                f"nosink encode: {args.file} has blank lines ({', '.join(map(str, blank[:5]))}"
+                f"{', ...' if len(blank) > 5 else ''}); remove them so that row i of the output is line i"
+            )
+        texts += lines
     if not texts:
         raise SystemExit("nosink encode: nothing to encode; give --text or --file")
     suffix = args.output.suffix.lower()

@@ -40,7 +40,7 @@ def saved(tmp_path):
 
 def test_encode_to_npy_and_safetensors(saved, tmp_path, capsys):
     texts = tmp_path / "texts.txt"
-    texts.write_text("the cat sat\n\na dog ran\n")
+    texts.write_text("the cat sat\na dog ran\n")
     out_npy = tmp_path / "v.npy"
     assert main(["encode", str(saved), "--file", str(texts), "--text", "paris", "-o", str(out_npy)]) == 0
     vectors = np.load(out_npy)
@@ -52,6 +52,13 @@ def test_encode_to_npy_and_safetensors(saved, tmp_path, capsys):
     stored = load_file(str(out_st))["embeddings"]
     assert stored.shape == (1, 32) and np.isclose(np.linalg.norm(stored), 1.0)
     assert "wrote 1 vectors of size 32" in capsys.readouterr().out
+
+
+def test_encode_refuses_blank_lines(saved, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat sat\n\na dog ran\n")
+    with pytest.raises(SystemExit, match=r"has blank lines \(2\); remove them"):
+        main(["encode", str(saved), "--file", str(texts), "-o", str(tmp_path / "v.npy")])
 
 
 def test_encode_refuses_bad_output_and_nothing_to_encode(saved, tmp_path):

@@ -182,6 +182,27 @@ def test_parameters_are_the_decoders_tensors(spec):
     assert sum(p.numel() for p in encoder.parameters()) == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("spec", ["F* | INTER(R*2)", "F* | EXTRA(B*3)", "F* | EXTEND(B*2)"])
+def test_combinators_run_the_decoders_own_layer_modules(family, spec):
+    # Parameters alone could be shared while a copy runs: count calls on the decoder's own layers,
+    # and check that changing a weight of the decoder changes the encoder's output.
+    model = tiny_decoder(family)
+    encoder = EncoderFromDecoder(model, spec)
+    calls = []
+    layers = encoder.parts.layers
+    hooks = [layer.register_forward_hook(lambda m, a, o, i=i: calls.append(i)) for i, layer in enumerate(layers)]
+    before = encoder(IDS, MASK).last_hidden_state
+    for h in hooks:
+        h.remove()
+    assert sorted(calls) == sorted(s.layer for s in encoder.plan.layer_steps)
+    target = 3 if "EXTEND" in spec else 0  # EXTEND reuses the last layer; EXTRA starts at the first
+    with torch.no_grad():
+        # an MLP weight: attention projections can be normalised away (Gemma3's q/k norms)
+        next(p for name, p in layers[target].named_parameters() if "mlp" in name).mul_(1.5)
+    assert (encoder(IDS, MASK).last_hidden_state - before).abs().max() > 1e-4
+
+
 def test_wraps_a_causal_lm_and_shares_its_tensors():
     import transformers as tf
 
@@ -192,11 +213,12 @@ def test_wraps_a_causal_lm_and_shares_its_tensors():
     assert encoder.parts.embed_tokens.weight.data_ptr() == chat.model.embed_tokens.weight.data_ptr()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("spec", ["F*", "B*", "R*", "M0B*", "F*2 | M0F*2", "F* | INTER(R*2)", "M3B* | EXTEND(B)"])
-def test_half_precision_gives_no_nan(spec, dtype):
+@pytest.mark.parametrize("spec", ["F*", "R*", "M0B*", "F*2 | M0F*2", "F* | INTER(R*2) | EXTEND(B)", "EXTRA(M3B) | B*"])
+def test_half_precision_gives_no_nan(family, spec, dtype):
     for attn in ATTN:
-        model = tiny_decoder("llama", attn, dtype=dtype)
+        model = tiny_decoder(family, attn, dtype=dtype)
         encoder = EncoderFromDecoder(model, spec)
         ids = torch.tensor([[5, 0, 0], [5, 6, 7], [0, 0, 0]])
         mask = torch.tensor([[1, 0, 0], [1, 1, 1], [0, 0, 0]])  # one token, full, all padding

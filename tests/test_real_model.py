@@ -45,3 +45,11 @@ def test_mask0_bidir_changes_the_output_and_stays_finite(smollm2):
     assert np.isfinite(b).all()
     assert np.abs(a - b).max() > 1e-3
     assert converted.decoder is smollm2.decoder  # one set of weights for both
+
+
+def test_instruction_and_text_are_tokenized_together(smollm2):
+    # Apart, "Query: " would end in a lone space token and the text would start with "A" rather than " A".
+    head, body = smollm2._split("Instruct: Retrieve semantically similar text.\nQuery: ", "A man is playing")
+    tok = smollm2.tokenizer
+    assert tok.convert_ids_to_tokens(body)[:2] == ["ĠA", "Ġman"]
+    assert tok.decode(head).endswith("Query:")

@@ -61,13 +61,62 @@ def test_garbage_weights_are_a_clear_error(tmp_path):
         EncoderFromDecoder.from_pretrained(tmp_path)
 
 
-def test_weights_that_do_not_match_the_config_are_a_clear_error(tmp_path):
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("layers", [3, 6])
+def test_config_depth_that_differs_from_the_saved_encoder_is_a_clear_error(tmp_path, layers):
     EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
-    config = json.loads((tmp_path / "config.json").read_text())
-    config["num_hidden_layers"] = 6  # two layers the file does not have
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(OSError, match="do not match the model's config"):
+    _edit_json(tmp_path / "config.json", num_hidden_layers=layers)
+    with pytest.raises(OSError, match=f"says num_hidden_layers 4 but config.json has {layers}"):
         EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"num_hidden_layers": 3}, "unexpected_keys"),  # the file has a fourth layer the config lacks
+        ({"num_hidden_layers": 6}, "missing_keys"),
+        ({"intermediate_size": 40}, "do not match the model's config"),
+    ],
+)
+def test_weights_that_do_not_match_the_config_are_a_clear_error(tmp_path, changes, message):
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
+    _edit_json(tmp_path / "config.json", **changes)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    del meta["num_hidden_layers"]  # as if written without it: the weights themselves must catch it
+    (tmp_path / "nosink.json").write_text(json.dumps(meta))
+    with pytest.raises(OSError, match=message):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+def test_newer_format_is_refused(tmp_path):
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
+    _edit_json(tmp_path / "nosink.json", format=99)
+    with pytest.raises(OSError, match="has format 99; this version of nosink reads format 1"):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+def test_spec_and_family_errors_come_before_any_weights_load(tmp_path, monkeypatch):
+    import transformers
+
+    from nosink import SpecError
+
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
+    loads = []
+    real = transformers.AutoModel.from_pretrained
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda *a, **k: loads.append(a) or real(*a, **k))
+    for bad in ("F*3 | Q", "F*99"):
+        with pytest.raises(SpecError):
+            EncoderFromDecoder.from_pretrained(tmp_path, spec=bad)
+    assert loads == []
+    with pytest.raises(OSError, match="no model folder at"):
+        EncoderFromDecoder.from_pretrained(tmp_path / "missing", spec="F*")
+    with pytest.raises(ValueError, match="unknown dtype 'bfloat'"):
+        EncoderFromDecoder.from_pretrained(tmp_path, dtype="bfloat")
 
 
 def test_broken_metadata_is_a_clear_error(tmp_path):
