@@ -560,7 +560,7 @@ def _load(task: AbsTask, data_dir: str | Path | None) -> tuple[str | None, str |
 
 
 def run_mteb(
-    encoder: EncoderFromDecoder,
+    encoder: EncoderFromDecoder | Any,
     tasks: Sequence[str | AbsTask] | None = None,
     data_dir: str | Path | None = None,
     out_dir: str | Path = "results/mteb",
@@ -581,7 +581,8 @@ def run_mteb(
     released. A task without data is skipped with the reason instead of stopping the run.
 
     Args:
-        encoder: the encoder to evaluate.
+        encoder: the encoder to evaluate; or any model mteb accepts (a sentence-transformers
+            ``SentenceTransformer`` baseline, say), run as it is, without instructions or specs.
         tasks: mteb task names (or task objects, e.g. with data already loaded);
             :data:`PAPER_TASKS` by default.
         data_dir: folder with local copies (see :func:`load_local_data`); tried before the hub.
@@ -610,33 +611,39 @@ def run_mteb(
 
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be a positive number of items, got {limit}")
-    spec_names = list(dict.fromkeys(_canonical(s) for s in specs)) if specs else [_canonical(encoder.spec)]
-    cache = SpecSweepCache(encoder, spec_names, batch_size=batch_size, max_length=max_length) if specs else None
     extra = {"limit": limit} if limit is not None else {}
-    models = {
-        spec: NosinkMTEBEncoder(
-            encoder,
-            spec,
-            instructions=instructions,
-            cache=cache,
-            model_name=model_name,
-            revision=revision,
-            batch_size=batch_size,
-            max_length=max_length,
-            experiment_kwargs=extra,
-        )
-        for spec in spec_names
-    }
+    if isinstance(encoder, EncoderFromDecoder):
+        spec_names = list(dict.fromkeys(_canonical(s) for s in specs)) if specs else [_canonical(encoder.spec)]
+        cache = SpecSweepCache(encoder, spec_names, batch_size=batch_size, max_length=max_length) if specs else None
+        models: dict[str, Any] = {
+            spec: NosinkMTEBEncoder(
+                encoder,
+                spec,
+                instructions=instructions,
+                cache=cache,
+                model_name=model_name,
+                revision=revision,
+                batch_size=batch_size,
+                max_length=max_length,
+                experiment_kwargs=extra,
+            )
+            for spec in spec_names
+        }
+        first_name, first_revision = models[spec_names[0]].model_name, models[spec_names[0]].revision
+    else:  # an mteb-ready model, e.g. a sentence-transformers encoder to compare against; no instructions
+        spec_names, cache = ["(encoder)"], None
+        models = {"(encoder)": encoder}
+        meta = getattr(encoder, "mteb_model_meta", None) or getattr(encoder, "model_card_data", None)
+        first_name, first_revision = model_name or str(getattr(meta, "model_name", None) or "encoder"), revision
     result_cache = mteb.ResultCache(out_dir)
-    first = models[spec_names[0]]
     note = (
         f"every split subsampled to at most {limit} items (seed {seed}): not comparable to full MTEB scores"
         if limit is not None
         else "full evaluation splits"
     )
     summary: dict[str, Any] = {
-        "model": first.model_name,
-        "revision": first.revision,
+        "model": first_name,
+        "revision": first_revision,
         "specs": spec_names,
         "limit": limit,
         "note": note,
@@ -685,7 +692,8 @@ def run_mteb(
                 )
                 (task_result,) = result.task_results
                 entry["scores"][spec] = float(task_result.get_score())
-                entry["files"][spec] = str(result_cache.get_task_result_path(name, model.mteb_model_meta))
+                meta = getattr(model, "mteb_model_meta", None)
+                entry["files"][spec] = str(result_cache.get_task_result_path(name, meta)) if meta else None
         finally:
             if cache is not None:
                 cache.clear()

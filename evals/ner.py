@@ -188,7 +188,8 @@ def word_features(
         rows.append(sink + list(ids))
         firsts.append([None if f is None else f + len(sink) for f in _word_token_index(offsets, spans)])
 
-    names = [_canonical(spec) for spec in specs]
+    # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
+    names = [_canonical(spec) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
     feats: dict[str, list[torch.Tensor]] = {n: [None] * len(rows) for n in names}  # type: ignore[list-item]
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0

@@ -292,3 +292,14 @@ def test_sweep_cache_keys_and_wrapper_protocol():
     assert meta.name == "nosink/llama" and meta.experiment_kwargs["spec"] == "F* | B*2"
     with pytest.raises(ValueError, match="not in the cache"):
         NosinkMTEBEncoder(encoder, "F* | B*3", cache=cache)
+
+
+def test_any_mteb_ready_model_runs_as_a_baseline(local_run, tmp_path):
+    # A baseline encoder (here the wrapper itself, which mteb accepts) runs without specs or a sweep cache,
+    # on the same local data, and scores exactly what the nosink run scored for that spec.
+    encoder = make_encoder()
+    plain = NosinkMTEBEncoder(encoder, SPEC)
+    summary = run_mteb(plain, ["STSBenchmark"], data_dir=local_run["root"] / "data", out_dir=tmp_path)
+    sts = summary["tasks"]["STSBenchmark"]
+    assert summary["specs"] == ["(encoder)"] and sts["status"] == "ok"
+    assert sts["scores"]["(encoder)"] == pytest.approx(local_run["summary"]["tasks"]["STSBenchmark"]["scores"][SPEC])

@@ -91,3 +91,18 @@ def test_unseen_evaluation_tags_are_an_error(encoder):
     evaluation = [Sentence(("i",), ("B-PER",))]
     with pytest.raises(ValueError, match=r"evaluation tags \['B-PER'\] never occur"):
         evaluate_ner(encoder, train, evaluation, show_progress_bar=False)
+
+
+def test_baseline_encoder_through_the_same_probe(tmp_path):
+    import transformers as tf
+
+    from nosink.evals.baselines import TokenFeatures
+
+    config = tf.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=48)  # fmt: skip
+    tf.BertModel(config).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    features = TokenFeatures(tmp_path, name="tiny-bert")
+    train, evaluation = make_sentences(40, seed=8), make_sentences(20, seed=9)
+    (result,) = evaluate_ner(features, train, evaluation, specs=[features.spec], show_progress_bar=False)
+    assert result.spec == "tiny-bert" and 0.0 <= result.f1 <= 1.0
