@@ -28,6 +28,7 @@ __all__ = [
     "default_ks",
     "family_specs",
     "plot_sweep",
+    "read_table",
     "write_table",
 ]
 
@@ -118,6 +119,26 @@ def write_table(candidates: Sequence[Candidate], folder: str | Path, name: str, 
         writer.writeheader()
         writer.writerows(rows)
     return [json_path, csv_path]
+
+
+def read_table(path: str | Path) -> tuple[list[Candidate], dict[str, Any]]:
+    """Candidates and metadata back from a JSON table written by :func:`write_table` (to re-plot, say).
+
+    Raises:
+        ValueError: if the file is not such a table.
+    """
+    from nosink import parse_spec
+
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or "rows" not in data:
+        raise ValueError(f"{path} is not a sweep table (no 'rows')")
+    fixed = {"config", "k", "k0", "spec"}
+    candidates = [
+        Candidate(r["config"], r["k"], parse_spec(r["spec"]), r.get("k0"),
+                  {k: v for k, v in r.items() if k not in fixed})
+        for r in data["rows"]
+    ]  # fmt: skip
+    return candidates, data.get("meta", {})
 
 
 def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, title: str = "") -> Path:

@@ -306,7 +306,8 @@ def _eval(args: argparse.Namespace) -> int:
             raise SystemExit("nosink eval ner: --spec is required for a decoder")
         path = _model_path(args.model)
         encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
-    meta = {"model": str(args.model), "model_path": path, "data": data, "command": " ".join(sys.argv)}
+    label = Path(path).name if args.model == "demo" else str(args.model)
+    meta = {"model": label, "model_path": path, "data": data, "command": " ".join(sys.argv)}
     args.out.mkdir(parents=True, exist_ok=True)
     if args.evaluation == "ner":
         (result,) = evaluate_ner(encoder, train, dev, [encoder.spec if baseline else args.spec], config)

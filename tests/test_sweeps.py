@@ -8,7 +8,7 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
 from nosink.evals.run_ner_sweep import ner_sweep
-from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, write_table
+from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, read_table, write_table
 
 pytest.importorskip("seqeval")  # the eval extra
 pytest.importorskip("matplotlib")  # the eval extra
@@ -43,6 +43,8 @@ def test_best_and_table(tmp_path):
         "config": "MASK0-BIDIR", "k": 4, "k0": None, "spec": "F* | M0B*4", "f1": 0.7,
     }  # fmt: skip
     assert csv_path.read_text().splitlines()[0] == "config,k,k0,spec,f1"
+    again, meta = read_table(json_path)
+    assert again == cs and [c.scores for c in again] == [c.scores for c in cs] and meta == {"model": "x"}
     png = plot_sweep(cs, "f1", tmp_path / "p.png", title="t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
