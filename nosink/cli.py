@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
             e.add_argument("--ks", type=int, nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
             e.add_argument("--k0s", type=int, nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
+            e.add_argument(
+                "--task",
+                default="ner",
+                help="'ner' (default) or an MTEB task, e.g. STSBenchmark (--data: its data_dir)",
+            )
 
     m = evsub.add_parser("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)")
     m.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
@@ -289,11 +294,12 @@ def _eval(args: argparse.Namespace) -> int:
 
     from nosink import EncoderFromDecoder
     from nosink.evals.ner import NERConfig, evaluate_ner, load_conll
-    from nosink.evals.run_ner_sweep import ner_sweep
+    from nosink.evals.run_sweeps import ner_sweep
 
-    data = args.data or _default_conll()
-    train = load_conll(data, "train")[: args.train_limit]
-    dev = load_conll(data, "dev")[: args.limit]
+    ner = args.evaluation == "ner" or args.task == "ner"
+    data = args.data or (_default_conll() if ner else _shared_data())
+    train = load_conll(data, "train")[: args.train_limit] if ner else []
+    dev = load_conll(data, "dev")[: args.limit] if ner else []
     config = NERConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length)
     baseline = args.evaluation == "ner" and _is_baseline(args.model)
     if baseline:
@@ -315,13 +321,21 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"{result.spec}: F1 {result.f1:.4f} (P {result.precision:.4f}, R {result.recall:.4f}) "
               f"on {result.n_eval} sentences, probe trained on {result.n_train}")  # fmt: skip
         return 0
-    candidates = ner_sweep(encoder, train, dev, args.configs, args.out, args.ks, args.k0s, config, meta)
     from nosink.evals.sweeps import best
 
-    print(f"{len(candidates)} specs; best F1 per configuration:")
-    for name, c in best(candidates, "f1").items():
-        print(f"  {name:<16} k={c.k:<3} k0={c.k0 if c.k0 is not None else '-':<3} F1 {c.scores['f1']:.4f}  {c.spec}")
-    print(f"wrote {args.out}/ner_sweep.json, .csv and .png")
+    if args.task == "ner":
+        candidates = ner_sweep(encoder, train, dev, args.configs, args.out, args.ks, args.k0s, config, meta)
+        metric, stem = "f1", "ner_sweep"
+    else:
+        from nosink.evals.run_sweeps import mteb_sweep
+
+        candidates = mteb_sweep(encoder, args.task, args.configs, args.out, data, args.ks, args.k0s, args.limit, meta)
+        metric, stem = next(iter(candidates[0].scores)), "mteb_sweep"
+    print(f"{len(candidates)} specs; best {metric} per configuration:")
+    for name, c in best(candidates, metric).items():
+        k0 = c.k0 if c.k0 is not None else "-"
+        print(f"  {name:<16} k={c.k:<3} k0={k0:<3} {metric} {c.scores[metric]:.4f}  {c.spec}")
+    print(f"wrote {args.out}/{stem}.json, .csv and .png")
     return 0
 
 

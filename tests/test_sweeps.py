@@ -7,7 +7,7 @@ from test_ner import make_sentences
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
-from nosink.evals.run_ner_sweep import ner_sweep
+from nosink.evals.run_sweeps import ner_sweep
 from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, read_table, write_table
 
 pytest.importorskip("seqeval")  # the eval extra
@@ -63,3 +63,21 @@ def test_ner_sweep_end_to_end(tmp_path):
         "BASELINE", "INPLACE-BIDIR", "MASK0&BIDIR",
     }  # fmt: skip
     assert (tmp_path / "ner_sweep.png").is_file()
+
+
+def test_mteb_sweep_end_to_end(tmp_path):
+    pytest.importorskip("mteb")
+    from test_mteb import write_data
+
+    from nosink.evals.run_sweeps import mteb_sweep
+
+    write_data(tmp_path / "data")
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    cs = mteb_sweep(encoder, "STSBenchmark", ["MASK0-BIDIR"], tmp_path / "out", tmp_path / "data", ks=[1, 2])
+    assert [str(c.spec) for c in cs] == ["F*", "F* | M0B", "F* | M0B*2"]
+    assert all(-1 <= c.scores["cosine_spearman"] <= 1 for c in cs)
+    meta = json.loads((tmp_path / "out" / "mteb_sweep.json").read_text())["meta"]
+    assert meta["main_score"] == "cosine_spearman" and meta["source"].startswith("local:")
+    assert (tmp_path / "out" / "mteb_sweep.png").is_file()
+    with pytest.raises(RuntimeError, match="SciFact was skipped"):
+        mteb_sweep(encoder, "SciFact", ["MASK0-BIDIR"], tmp_path / "out2", tmp_path / "data", ks=[1])

@@ -1,0 +1,134 @@
+"""Run a sweep (NER probe or an MTEB task) and write its table and plot (behind `nosink eval sweep`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nosink import EncoderFromDecoder
+
+from .ner import NERConfig, Sentence, evaluate_ner
+from .sweeps import Candidate, best, family_specs, plot_sweep, write_table
+
+__all__ = ["candidates_for", "mteb_sweep", "ner_sweep"]
+
+logger = logging.getLogger(__name__)
+
+
+def candidates_for(
+    configs: Sequence[str], depth: int, ks: Sequence[int] | None = None, k0s: Sequence[int] | None = None
+) -> list[Candidate]:
+    """BASELINE and every spec of ``configs``, each distinct spec once (the first family to name it keeps it).
+
+    Raises:
+        ValueError: for an unknown configuration name.
+    """
+    candidates: list[Candidate] = []
+    seen: set[str] = set()
+    for name in ["BASELINE", *configs]:
+        for c in family_specs(name, depth, ks, k0s):
+            if str(c.spec) not in seen:
+                seen.add(str(c.spec))
+                candidates.append(c)
+    return candidates
+
+
+def mteb_sweep(
+    encoder: EncoderFromDecoder,
+    task: str,
+    configs: Sequence[str],
+    out_dir: str | Path,
+    data_dir: str | Path | None = None,
+    ks: Sequence[int] | None = None,
+    k0s: Sequence[int] | None = None,
+    limit: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> list[Candidate]:
+    """Evaluate every spec of ``configs`` on one MTEB task (mteb computes the scores, every spec's texts
+    encoded in one shared pass); write ``mteb_sweep.{json,csv,png}`` and mteb's own result files.
+
+    Raises:
+        ValueError: for an unknown configuration name.
+        RuntimeError: if the task was skipped (no data).
+    """
+    from .mteb_eval import run_mteb
+
+    candidates = candidates_for(configs, encoder.parts.depth, ks, k0s)
+    out_dir = Path(out_dir)
+    start = time.perf_counter()
+    summary = run_mteb(encoder, [task], data_dir, out_dir / "mteb", limit, [c.spec for c in candidates])
+    entry = summary["tasks"][task]
+    if entry["status"] != "ok":
+        raise RuntimeError(f"{task} was skipped: {entry['reason']}")
+    metric = entry["main_score"]
+    for c in candidates:
+        c.scores[metric] = entry["scores"][str(c.spec)]
+    info = {
+        "task": task,
+        "main_score": metric,
+        "source": entry["source"],
+        "limit": limit,
+        "note": summary["note"],
+        "depth": encoder.parts.depth,
+        "seconds": round(time.perf_counter() - start, 1),
+        "best": {k: v.row() for k, v in best(candidates, metric).items()},
+        **(meta or {}),
+    }
+    write_table(candidates, out_dir, "mteb_sweep", info)
+    model = (meta or {}).get("model", "")
+    plot_sweep(candidates, metric, out_dir / "mteb_sweep.png", title=f"{task} {metric}, {model}")
+    return candidates
+
+
+def ner_sweep(
+    encoder: EncoderFromDecoder,
+    train: Sequence[Sentence],
+    evaluation: Sequence[Sentence],
+    configs: Sequence[str],
+    out_dir: str | Path,
+    ks: Sequence[int] | None = None,
+    k0s: Sequence[int] | None = None,
+    config: NERConfig | None = None,
+    meta: dict[str, Any] | None = None,
+    show_progress_bar: bool = True,
+) -> list[Candidate]:
+    """Evaluate every spec of ``configs`` with the NER probe; write ``ner_sweep.{json,csv,png}`` to ``out_dir``.
+
+    Raises:
+        ValueError: for an unknown configuration name.
+    """
+    config = config or NERConfig()
+    depth = encoder.parts.depth
+    candidates = candidates_for(configs, depth, ks, k0s)
+    start = time.perf_counter()
+    results = evaluate_ner(
+        encoder, train, evaluation, [c.spec for c in candidates], config, show_progress_bar=show_progress_bar
+    )
+    seconds = time.perf_counter() - start
+    by_spec = {r.spec: r for r in results}
+    for c in candidates:
+        r = by_spec[str(c.spec)]
+        c.scores.update(f1=r.f1, precision=r.precision, recall=r.recall)
+    info = {
+        "task": "CoNLL-2003 NER, linear probe on frozen final-layer features (first sub-token per word)",
+        "n_train": len(train),
+        "n_eval": len(evaluation),
+        "truncated_eval_words": results[0].truncated_words if results else 0,
+        "probe": config.__dict__,
+        "depth": depth,
+        "seconds": round(seconds, 1),
+        "best": {k: v.row() for k, v in best(candidates, "f1").items()},
+        **(meta or {}),
+    }
+    out_dir = Path(out_dir)
+    write_table(candidates, out_dir, "ner_sweep", info)
+    plot_sweep(
+        candidates,
+        "f1",
+        out_dir / "ner_sweep.png",
+        title=f"NER F1 (CoNLL-2003 dev), {meta.get('model', '') if meta else ''}",
+    )
+    return candidates
