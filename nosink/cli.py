@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
             e.add_argument(
                 "--task",
                 default="ner",
-                help="'ner' (default) or an MTEB task, e.g. STSBenchmark (--data: its data_dir)",
+                help="'ner' (default) or an MTEB task, e.g. STSBenchmark (--data: data_dir)",
             )
 
     m = evsub.add_parser("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)")
