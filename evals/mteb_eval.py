@@ -106,7 +106,7 @@ def _canonical(spec: str | Spec) -> str:
 
 
 def _model_name(encoder: EncoderFromDecoder) -> str:
-    config = encoder.parts.config
+    config = encoder.config
     path = str(getattr(config, "_name_or_path", "") or "").rstrip("/")
     return Path(path).name if path else str(getattr(config, "model_type", "decoder"))
 
@@ -182,7 +182,7 @@ class SpecSweepCache:
             for i, text in enumerate(missing):
                 self._store[(instruction, text, normalize)] = {s: out[s][i] for s in self.specs}
         if not texts:
-            return np.zeros((0, self.encoder.parts.config.hidden_size), dtype=np.float32)
+            return np.zeros((0, self.encoder.config.hidden_size), dtype=np.float32)
         return np.stack([self._store[(instruction, t, normalize)][name] for t in texts])
 
 
@@ -228,7 +228,7 @@ class NosinkMTEBEncoder:
         self.instructions = dict(PAPER_TASKS if instructions is None else instructions)
         self.cache = cache
         self.model_name = model_name or f"nosink/{_model_name(encoder)}"
-        config = encoder.parts.config
+        config = encoder.config
         self.revision = revision or getattr(config, "_commit_hash", None) or "no_revision_available"
         self.batch_size = batch_size
         self.max_length = max_length
@@ -243,7 +243,7 @@ class NosinkMTEBEncoder:
         if self._meta is None:
             from mteb.models.model_meta import ModelMeta
 
-            config = self.encoder.parts.config
+            config = self.encoder.config
             self._meta = ModelMeta(
                 loader=None,
                 name=self.model_name,

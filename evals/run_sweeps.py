@@ -56,7 +56,7 @@ def mteb_sweep(
     """
     from .mteb_eval import run_mteb
 
-    candidates = candidates_for(configs, encoder.parts.depth, ks, k0s)
+    candidates = candidates_for(configs, encoder.depth, ks, k0s)
     out_dir = Path(out_dir)
     start = time.perf_counter()
     summary = run_mteb(encoder, [task], data_dir, out_dir / "mteb", limit, [c.spec for c in candidates])
@@ -72,7 +72,7 @@ def mteb_sweep(
         "source": entry["source"],
         "limit": limit,
         "note": summary["note"],
-        "depth": encoder.parts.depth,
+        "depth": encoder.depth,
         "seconds": round(time.perf_counter() - start, 1),
         "best": {k: v.row() for k, v in best(candidates, metric).items()},
         **(meta or {}),
@@ -101,7 +101,7 @@ def ner_sweep(
         ValueError: for an unknown configuration name.
     """
     config = config or NERConfig()
-    depth = encoder.parts.depth
+    depth = encoder.depth
     candidates = candidates_for(configs, depth, ks, k0s)
     start = time.perf_counter()
     results = evaluate_ner(

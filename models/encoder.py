@@ -144,6 +144,16 @@ class EncoderFromDecoder(nn.Module):
         self.sink_token = sink_token
         self.eval()
 
+    @property
+    def depth(self) -> int:
+        """The decoder's number of layers (what specs resolve against)."""
+        return self.parts.depth
+
+    @property
+    def config(self) -> Any:
+        """The decoder's transformers config."""
+        return self.parts.config
+
     # ------------------------------------------------------------------ construction
 
     @classmethod
