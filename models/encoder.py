@@ -256,6 +256,37 @@ class EncoderFromDecoder(nn.Module):
         out = self.parts.norm(streams["main"])
         return EncoderOutput(out, batch.attention_mask, tuple(history) if history is not None else None)
 
+    def attention_weights(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> list[tuple[LayerStep, torch.Tensor]]:
+        """The attention weights of every layer step of the plan, in order: ``(step, (B, H, T, T))``.
+
+        Weights exist only on transformers' eager attention path; when the decoder runs on another
+        backend the encoder switches to eager for this call, says so in a log warning, and switches back.
+
+        Raises:
+            ValueError: for shapes or masks that do not fit.
+        """
+        if self.parts.attn_implementation != "eager":
+            logger.warning(
+                "attention weights need eager attention: running this call with attn_implementation='eager' "
+                "instead of %r",
+                self.parts.attn_implementation,
+            )
+        captured: list[torch.Tensor] = []
+        modules = {id(m): m for m in (self.parts.attention_module(s.layer) for s in self.plan.layer_steps)}
+        hooks = [m.register_forward_hook(lambda mod, args, out: captured.append(out[1])) for m in modules.values()]
+        try:
+            with self.parts.eager_attention(), torch.inference_mode():
+                self(input_ids, attention_mask)
+        finally:
+            for h in hooks:
+                h.remove()
+        steps = self.plan.layer_steps
+        if len(captured) != len(steps) or any(w is None for w in captured):
+            raise RuntimeError(f"captured {len(captured)} attention maps for {len(steps)} layer steps")
+        return list(zip(steps, captured, strict=True))
+
     def forward_specs(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, specs: Sequence[str | Spec]
     ) -> dict[str, torch.Tensor]:

@@ -12,6 +12,8 @@ Tested against transformers 5.24 (layers are called as
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,6 +51,7 @@ class Family:
     positions: Literal["rotary", "rotary_per_layer_type", "learned"] = "rotary"
     position_embed: str | None = None  # learned position embeddings (GPT-2's wpe)
     dropout: str | None = None  # embedding dropout applied by the stock forward (identity in eval)
+    attention: str = "self_attn"  # each layer's attention module, which returns (output, weights)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -61,7 +64,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("OLMo", ("olmo",)),
     Family("OLMo2", ("olmo2",)),
     Family("GPT-2", ("gpt2",), embed="wte", layers="h", norm="ln_f", positions="learned", position_embed="wpe",
-           dropout="drop"),
+           dropout="drop", attention="attn"),
 )  # fmt: skip
 
 
@@ -143,6 +146,20 @@ class DecoderParts:
     def attn_implementation(self) -> str:
         """``'eager'`` or ``'sdpa'``: decides the mask's form (additive or boolean)."""
         return getattr(self.config, "_attn_implementation", None) or "eager"
+
+    def attention_module(self, index: int) -> nn.Module:
+        """The attention module of layer ``index`` (its forward returns ``(output, weights)``)."""
+        return getattr(self.layers[index], self.family.attention)
+
+    @contextmanager
+    def eager_attention(self) -> Iterator[None]:
+        """Run on transformers' eager attention for a while (the only path that computes weights)."""
+        before = self.config._attn_implementation
+        self.config._attn_implementation = "eager"
+        try:
+            yield
+        finally:
+            self.config._attn_implementation = before
 
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Token (and, for GPT-2, learned position) embeddings: ``(B, T) -> (B, T, D)``."""

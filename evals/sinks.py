@@ -1,0 +1,240 @@
+"""Attention-sink diagnostics (paper section 3.4, appendices C and F) and spec suggestion.
+
+- :func:`attention_maps`: the mean attention map of each layer step (heads and texts averaged).
+- :func:`sink_profile`: per layer step, the share of attention that falls on each of the first
+  positions; a layer is an attention-sink layer when the share on the first token passes a threshold.
+- :func:`suggest_spec`: a MASK0&BIDIR spec proposed from a model's sink profile, to be confirmed
+  with a small sweep over its neighbours (:func:`neighbours`) rather than a full grid.
+- :func:`plot_attention_grid` and :func:`plot_sink_profiles`: the figures.
+
+Texts are cut to a common length (the shortest text's, at most ``max_tokens``) so that maps of
+different texts line up position by position, as in the paper's figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from nosink import EncoderFromDecoder, Spec, presets
+
+__all__ = [
+    "LayerSinks",
+    "Suggestion",
+    "attention_maps",
+    "neighbours",
+    "plot_attention_grid",
+    "plot_sink_profiles",
+    "sink_profile",
+    "suggest_spec",
+    "write_profile",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LayerSinks:
+    """The sink statistics of one layer step."""
+
+    step: int  # index among the plan's layer steps
+    layer: int  # decoder layer
+    kind: str
+    role: str  # stack, inter, extra or extend
+    shares: tuple[float, ...]  # share of attention on positions 0, 1, ..., m-1 (queries after them)
+    is_sink: bool  # shares[0] >= threshold
+
+    def row(self) -> dict[str, Any]:
+        """A flat dict for CSV/JSON."""
+        out = {k: v for k, v in asdict(self).items() if k != "shares"}
+        out.update({f"share_pos{i}": round(s, 4) for i, s in enumerate(self.shares)})
+        return out
+
+
+def _batch(encoder: EncoderFromDecoder, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
+    if not texts:
+        raise ValueError("attention diagnostics need at least one text")
+    if encoder.tokenizer is None:
+        raise ValueError("attention diagnostics need the encoder's tokenizer")
+    sink = encoder.sink_ids()
+    rows = [sink + list(encoder.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    length = min(max_tokens, *(len(r) for r in rows))
+    if length < 2:
+        raise ValueError("each text needs at least two tokens (with the sink token) for attention maps")
+    return torch.tensor([r[:length] for r in rows], dtype=torch.long)  # (N, T): same length, no padding
+
+
+def attention_maps(
+    encoder: EncoderFromDecoder, texts: Sequence[str], max_tokens: int = 32
+) -> list[tuple[Any, np.ndarray]]:
+    """Each layer step with its attention map averaged over heads and texts: ``(step, (T, T) array)``.
+
+    Raises:
+        ValueError: for no texts, no tokenizer, or texts under two tokens.
+    """
+    ids = _batch(encoder, texts, max_tokens)
+    return [(step, w.float().mean(dim=(0, 1)).cpu().numpy()) for step, w in encoder.attention_weights(ids)]
+
+
+def sink_profile(
+    encoder: EncoderFromDecoder,
+    texts: Sequence[str],
+    positions: int = 3,
+    threshold: float = 0.5,
+    max_tokens: int = 32,
+) -> list[LayerSinks]:
+    """Per layer step, the share of attention on each of the first ``positions`` tokens.
+
+    The share on position p averages, over heads, texts and the queries after p, the weight that
+    query puts on key p. A step is a sink layer when its share on position 0 is at least ``threshold``.
+
+    Raises:
+        ValueError: for no texts, or texts shorter than ``positions + 1`` tokens.
+    """
+    ids = _batch(encoder, texts, max_tokens)
+    if ids.shape[1] <= positions:
+        raise ValueError(f"texts need more than {positions} tokens for shares on the first {positions} positions")
+    out = []
+    for i, (step, w) in enumerate(encoder.attention_weights(ids)):
+        mean = w.float().mean(dim=(0, 1))  # (T, T)
+        shares = tuple(float(mean[p + 1 :, p].mean()) for p in range(positions))
+        out.append(LayerSinks(i, step.layer, str(step.kind), step.role, shares, shares[0] >= threshold))
+    return out
+
+
+def write_profile(profile: Sequence[LayerSinks], path: str | Path) -> Path:
+    """Write a profile as CSV."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [p.row() for p in profile]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A MASK0&BIDIR spec proposed from a sink profile, and why."""
+
+    spec: Spec
+    k: int
+    k0: int
+    reason: str
+
+
+def suggest_spec(profile: Sequence[LayerSinks], depth: int, threshold: float = 0.5) -> Suggestion:
+    """Propose ``F* | B*(k-k0) | M0B*k0`` from the stock model's (``F*``) sink profile.
+
+    The paper's reading of its figures: the lowest layers, before the first sink layer, carry
+    dependencies that conversion breaks (Finding 1), so they stay forward and every layer from the
+    first sink layer up is converted (k); the sink is masked in the upper half of the sink layers
+    (k0), where MASK0-BIDIR peaked (k about half the depth) and MASK0&BIDIR puts its no-sink layers.
+
+    Raises:
+        ValueError: if the profile is not of a stock (all forward) plan of ``depth`` layers.
+    """
+    stack = [p for p in profile if p.role == "stack"]
+    if len(stack) != depth or any(p.kind != "F" for p in stack):
+        raise ValueError("suggest_spec() reads the sink profile of the unconverted model (spec 'F*')")
+    sinks = [p.layer for p in stack if p.shares[0] >= threshold]
+    if not sinks:
+        k = max(1, depth // 2)
+        reason = f"no layer puts >= {threshold:.0%} of its attention on the first token; converting the top half"
+    else:
+        first = sinks[0]
+        k = depth - first
+        reason = f"sink layers (>= {threshold:.0%} on the first token) start at layer {first} of 0..{depth - 1}"
+    k0 = max(1, k // 2)
+    return Suggestion(presets.mask0_and_bidir(k, k0), k, k0, reason + f"; k={k}, no-sink top k0={k0}")
+
+
+def neighbours(suggestion: Suggestion, depth: int, step: int = 2) -> list[Spec]:
+    """The suggestion and its neighbours in (k, k0): the small search that confirms or refines it."""
+    out = []
+    for dk in (-2 * step, 0, 2 * step):
+        for dk0 in (-step, 0, step):
+            k, k0 = suggestion.k + dk, suggestion.k0 + dk0
+            if 1 <= k0 <= k <= depth:
+                spec = presets.mask0_and_bidir(k, k0)
+                if spec not in out:
+                    out.append(spec)
+    return out
+
+
+def plot_attention_grid(
+    maps: Sequence[tuple[Any, np.ndarray]], path: str | Path, layers: Sequence[int] | None = None, title: str = ""
+) -> Path:
+    """Heatmaps of mean attention maps, one per layer step, with layer and kind in each title (Figure 3 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = [(s, m) for i, (s, m) in enumerate(maps) if layers is None or i in layers]
+    if not chosen:
+        raise ValueError("no layer steps to draw")
+    cols = min(4, len(chosen))
+    rows = -(-len(chosen) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), dpi=110, squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (step, m) in zip(axes.flat, chosen, strict=False):
+        ax.axis("on")
+        ax.imshow(m, cmap="viridis", vmin=0, vmax=max(float(m.max()), 1e-6))
+        ax.set_title(
+            f"layer {step.layer}: {step.kind}" + ("" if step.role == "stack" else f" ({step.role})"), fontsize=9
+        )
+        ax.set_xlabel("key", fontsize=7)
+        ax.set_ylabel("query", fontsize=7)
+        ax.tick_params(labelsize=6)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_sink_profiles(
+    profiles: dict[str, Sequence[LayerSinks]], path: str | Path, threshold: float | None = None, title: str = ""
+) -> Path:
+    """Share of attention on positions 0 and 1 per main-stack layer, one pair of lines per profile."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for label, profile in profiles.items():
+        stack = [p for p in profile if p.role == "stack"]
+        line = ax.plot([p.layer for p in stack], [p.shares[0] for p in stack], marker="o", markersize=3,
+                       label=f"{label}: first token")[0]  # fmt: skip
+        if len(stack[0].shares) > 1:
+            ax.plot([p.layer for p in stack], [p.shares[1] for p in stack], linestyle="--", color=line.get_color(),
+                    marker=".", label=f"{label}: second token")  # fmt: skip
+    if threshold is not None:
+        ax.axhline(threshold, color="grey", linewidth=0.8, linestyle=":", label=f"sink threshold {threshold}")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("share of attention")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
