@@ -23,6 +23,7 @@ EPILOG = """examples:
   nosink demo                                   # encode sentences with SmolLM2-135M, MASK0-BIDIR
   nosink plan "F* | B*7 | M0B*3" --depth 22     # which layer runs with which mask
   nosink plan "F* | INTER(R*4)" --model HuggingFaceTB/SmolLM2-135M-Instruct
+  nosink inspect demo --text "EU rejects German call" --compare "M0B*" --out inspect/
   nosink encode MODEL --spec "F* | M0B*4" --text "hello" --text "world" -o vectors.npy
   nosink encode MODEL --spec "F* | M0B*4" --file texts.txt -o vectors.safetensors --normalize
 
@@ -108,6 +109,18 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=int, help="use the first N training and test texts (quick runs)")
     c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
 
+    ins = sub.add_parser("inspect", help="attention maps, attention-sink profile and a suggested spec")
+    ins.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    ins.add_argument("--spec", default="F*", help="spec to inspect (default 'F*': the unconverted model)")
+    ins.add_argument("--compare", nargs="*", default=[], help="more specs whose sink profiles go in the same plot")
+    ins.add_argument("--text", action="append", default=[], help="a sample text (repeatable)")
+    ins.add_argument("--file", type=Path, help="sample texts, one per line")
+    ins.add_argument("--layers", type=int, nargs="+", help="layer steps to draw (default: all)")
+    ins.add_argument("--threshold", type=float, default=0.5, help="share on the first token that makes a sink layer")
+    ins.add_argument("--positions", type=int, default=3, help="report shares on this many first positions")
+    ins.add_argument("--max-tokens", type=int, default=32, help="texts are cut to a common length of at most this")
+    ins.add_argument("--out", type=Path, default=Path("inspect"), help="folder for the figures and tables")
+
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
     plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
     where = plan.add_mutually_exclusive_group(required=True)
@@ -190,6 +203,57 @@ def _encode(args: argparse.Namespace) -> int:
 
         save_file({"embeddings": vectors}, str(args.output), metadata={"spec": str(encoder.spec)})
     print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {args.output}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from nosink import EncoderFromDecoder
+    from nosink.evals import sinks
+
+    texts = list(args.text) + ([t for t in args.file.read_text().splitlines() if t.strip()] if args.file else [])
+    if not texts:
+        raise SystemExit("nosink inspect: give sample texts with --text or --file")
+    path = _model_path(args.model)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec, attn_implementation="eager")
+    label = Path(path).name
+    args.out.mkdir(parents=True, exist_ok=True)
+    maps = sinks.attention_maps(encoder, texts, args.max_tokens)
+    sinks.plot_attention_grid(maps, args.out / "attention_maps.png", args.layers, f"{label}, {encoder.spec}")
+    profiles = {}
+    for spec in [str(encoder.spec), *args.compare]:
+        other = EncoderFromDecoder.from_model(encoder.decoder, spec, encoder.tokenizer)
+        profile = sinks.sink_profile(other, texts, args.positions, args.threshold, args.max_tokens)
+        profiles[str(other.spec)] = profile
+        sinks.write_profile(profile, args.out / f"sinks_{len(profiles) - 1}.csv")
+    sinks.plot_sink_profiles(profiles, args.out / "sink_profile.png", args.threshold, f"attention sinks, {label}")
+    main_profile = profiles[str(encoder.spec)]
+    print(f"{label}, spec {encoder.spec}: share of attention on the first {args.positions} positions")
+    print(f"{'layer':>5}  {'kind':<5} {'role':<7} " + " ".join(f"pos{p:<4}" for p in range(args.positions)) + " sink")
+    for p in main_profile:
+        shares = " ".join(f"{x:7.3f}" for x in p.shares)
+        print(f"{p.layer:>5}  {p.kind:<5} {p.role:<7} {shares}  {'yes' if p.is_sink else ''}")
+    report = {
+        "model": label,
+        "spec": str(encoder.spec),
+        "texts": texts,
+        "threshold": args.threshold,
+        "profiles": {k: [p.row() for p in v] for k, v in profiles.items()},
+        "command": " ".join(sys.argv),
+    }
+    if str(encoder.spec) == "F*":
+        suggestion = sinks.suggest_spec(main_profile, encoder.depth, args.threshold)
+        report["suggestion"] = {
+            "spec": str(suggestion.spec),
+            "k": suggestion.k,
+            "k0": suggestion.k0,
+            "reason": suggestion.reason,
+            "neighbours": [str(s) for s in sinks.neighbours(suggestion, encoder.depth)],
+        }
+        print(f"\nsuggested spec: {suggestion.spec}  ({suggestion.reason})")
+    (args.out / "inspect.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}/attention_maps.png, sink_profile.png, sinks_*.csv, inspect.json")
     return 0
 
 
@@ -346,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        return {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval}[args.command](args)
+        commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect}
+        return commands[args.command](args)
     except SpecError as err:
         print(f"nosink: bad spec: {err}", file=sys.stderr)
         return 2

@@ -108,3 +108,17 @@ def test_eval_mteb_on_a_local_sts_copy(saved, tmp_path, capsys):
     assert summary["tasks"]["SciFact"]["status"] == "skipped"
     out = capsys.readouterr().out
     assert "STSBenchmark" in out and "SciFact" in out and "skipped" in out
+
+
+def test_inspect_writes_figures_tables_and_a_suggestion(saved, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "ins"
+    args = ["inspect", str(saved), "--text", "the cat sat on the mat", "--text", "we love very good food",
+            "--compare", "M0B*", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    for name in ("attention_maps.png", "sink_profile.png", "sinks_0.csv", "sinks_1.csv", "inspect.json"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "inspect.json").read_text())
+    assert set(report["profiles"]) == {"F*", "M0B*"} and report["suggestion"]["spec"].startswith("F* | ")
+    assert "suggested spec:" in capsys.readouterr().out
