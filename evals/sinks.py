@@ -198,7 +198,7 @@ def plot_attention_grid(
         ax.tick_params(labelsize=6)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97) if title else None)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
