@@ -132,3 +132,35 @@ def ner_sweep(
         title=f"NER F1 (CoNLL-2003 dev), {meta.get('model', '') if meta else ''}",
     )
     return candidates
+
+
+def refine_suggestion(
+    encoder: EncoderFromDecoder,
+    suggestion: Any,
+    train: Sequence[Sentence],
+    evaluation: Sequence[Sentence],
+    out_dir: str | Path,
+    step: int = 2,
+    config: NERConfig | None = None,
+    show_progress_bar: bool = True,
+) -> tuple[Candidate, list[Candidate]]:
+    """Confirm or refine a suggested MASK0&BIDIR spec with the NER probe on its (k, k0) neighbours.
+
+    A small search (at most 9 specs, sharing their lower layers) instead of a full grid; writes
+    ``suggestion_search.{json,csv}``. Returns the best candidate and all of them.
+    """
+    from .sinks import neighbours
+
+    config = config or NERConfig()
+    specs = neighbours(suggestion, encoder.depth, step)
+    results = evaluate_ner(encoder, train, evaluation, specs, config, show_progress_bar=show_progress_bar)
+    candidates = []
+    for spec, r in zip(specs, results, strict=True):
+        k0 = sum(seg.count or 0 for seg in spec.segments if seg.kind.sink is not None)
+        k = sum(seg.count or 0 for seg in spec.segments if not seg.kind.is_causal)
+        candidates.append(Candidate("MASK0&BIDIR", k, spec, k0, {"f1": r.f1}))
+    chosen = max(candidates, key=lambda c: c.scores["f1"])
+    info = {"suggested": str(suggestion.spec), "reason": suggestion.reason, "best": chosen.row(),
+            "n_train": len(train), "n_eval": len(evaluation)}  # fmt: skip
+    write_table(candidates, out_dir, "suggestion_search", info)
+    return chosen, candidates

@@ -97,3 +97,23 @@ def test_figures_and_table(tmp_path):
     assert plot_sink_profiles({"F* | M0B*2": profile}, tmp_path / "p.png", threshold=0.5).is_file()
     with pytest.raises(ValueError, match="at least one text"):
         attention_maps(encoder, [])
+
+
+def test_refining_a_suggestion_runs_a_small_search(tmp_path):
+    pytest.importorskip("seqeval")
+    from test_ner import make_sentences
+
+    from nosink.evals.run_sweeps import refine_suggestion
+
+    encoder = planted_sink_gpt2()
+    suggestion = suggest_spec(sink_profile(encoder, TEXTS), depth=4)
+    best, tried = refine_suggestion(
+        encoder, suggestion, make_sentences(30, seed=1), make_sentences(10, seed=2), tmp_path, step=1,
+        show_progress_bar=False,
+    )  # fmt: skip
+    assert suggestion.spec in [c.spec for c in tried] and 1 < len(tried) <= 9
+    assert best.scores["f1"] == max(c.scores["f1"] for c in tried)
+    for c in tried:
+        stack = c.spec.resolve(4).stack
+        assert (c.k, c.k0) == (sum(not k.is_causal for k in stack), sum(k.sink is not None for k in stack))
+    assert (tmp_path / "suggestion_search.json").is_file()
