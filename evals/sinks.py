@@ -174,17 +174,14 @@ def plot_attention_grid(
     maps: Sequence[tuple[Any, np.ndarray]], path: str | Path, layers: Sequence[int] | None = None, title: str = ""
 ) -> Path:
     """Heatmaps of mean attention maps, one per layer step, with layer and kind in each title (Figure 3 style)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plotting import figure, save
 
     chosen = [(s, m) for i, (s, m) in enumerate(maps) if layers is None or i in layers]
     if not chosen:
         raise ValueError("no layer steps to draw")
     cols = min(4, len(chosen))
     rows = -(-len(chosen) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), dpi=110, squeeze=False)
+    fig, axes = figure(rows, cols, figsize=(3 * cols, 3 * rows), dpi=110, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, (step, m) in zip(axes.flat, chosen, strict=False):
@@ -198,24 +195,16 @@ def plot_attention_grid(
         ax.tick_params(labelsize=6)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.97) if title else None)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path, rect=(0, 0, 1, 0.97) if title else None)
 
 
 def plot_sink_profiles(
     profiles: dict[str, Sequence[LayerSinks]], path: str | Path, threshold: float | None = None, title: str = ""
 ) -> Path:
     """Share of attention on positions 0 and 1 per main-stack layer, one pair of lines per profile."""
-    import matplotlib
+    from .plotting import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig, ax = figure(figsize=(7, 4), dpi=120)
     for label, profile in profiles.items():
         stack = [p for p in profile if p.role == "stack"]
         line = ax.plot([p.layer for p in stack], [p.shares[0] for p in stack], marker="o", markersize=3,
@@ -232,9 +221,4 @@ def plot_sink_profiles(
     ax.legend(fontsize=7)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)

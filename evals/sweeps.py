@@ -146,12 +146,9 @@ def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, t
 
     The style of the paper's Figures 2, 4 and 6. Writes PNG or SVG by ``path``'s suffix.
     """
-    import matplotlib
+    from .plotting import figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    fig, ax = figure(figsize=(7, 4.2), dpi=120)
     lines: dict[str, list[Candidate]] = {}
     for c in candidates:
         if metric not in c.scores:
@@ -170,9 +167,4 @@ def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, t
         ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
