@@ -34,6 +34,7 @@ __all__ = [
     "read_labeled",
     "read_labeled_lines",
     "should_smote",
+    "subsample",
 ]
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,32 @@ def read_labeled(
         return read_labeled_lines(f, text_column, label_column, delimiter)
 
 
+def subsample(examples: Sequence[Example], n: int | None, seed: int = 0) -> list[Example]:
+    """A seeded, label-stratified subsample of at most ``n`` examples (all of them for ``None``).
+
+    Files are often sorted by label, so the first n rows would hold a few classes only.
+    """
+    if n is None or n >= len(examples):
+        return list(examples)
+    import random
+
+    rng = random.Random(seed)
+    by_label: dict[str, list[Example]] = {}
+    for e in examples:
+        by_label.setdefault(e.label, []).append(e)
+    for group in by_label.values():
+        rng.shuffle(group)
+    # Round-robin over the labels keeps their proportions close and every label present while n allows.
+    out: list[Example] = []
+    queues = [list(g) for g in by_label.values()]
+    while len(out) < n:
+        for q in queues:
+            if q and len(out) < n:
+                out.append(q.pop())
+    rng.shuffle(out)
+    return out
+
+
 def should_smote(labels: Sequence[str]) -> bool:
     """The "auto" rule: oversample a training set that is small or imbalanced."""
     counts = Counter(labels)
@@ -200,6 +227,9 @@ def evaluate_classification(
     """
     if not train or not test:
         raise ValueError(f"need training and test examples, got {len(train)} and {len(test)}")
+    unseen = sorted({e.label for e in test} - {e.label for e in train})
+    if unseen:
+        raise ValueError(f"test labels {unseen[:10]} never occur in the training examples")
     names = [str(parse_spec(s) if isinstance(s, str) else s) for s in (specs or [encoder.spec])]
     kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar}
     train_x = encoder.encode_specs(names, [e.text for e in train], instruction, **kwargs)

@@ -685,7 +685,11 @@ def run_mteb(
                     model,
                     task,
                     cache=result_cache,
-                    overwrite_strategy="always" if overwrite else "only-missing",
+                    # mteb files a foreign model's results under its own model card name, which two
+                    # baselines can share ("no_model_name__available"): never reuse those.
+                    overwrite_strategy="always"
+                    if overwrite or (cache is None and spec == "(encoder)")
+                    else "only-missing",
                     co2_tracker=False,
                     show_progress_bar=False,
                     encode_kwargs={"batch_size": batch_size},

@@ -172,6 +172,8 @@ def word_features(
         raise ValueError("the NER probe needs a fast tokenizer (character offsets) on the encoder")
     sink = encoder.sink_ids()
     budget = config.max_length - len(sink)
+    if budget < 1:
+        raise ValueError(f"max_length={config.max_length} leaves no room for words after {len(sink)} sink token(s)")
     rows: list[list[int]] = []
     firsts: list[list[int | None]] = []
     for s in sentences:

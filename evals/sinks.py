@@ -68,6 +68,9 @@ def _batch(encoder: EncoderFromDecoder, texts: Sequence[str], max_tokens: int) -
     length = min(max_tokens, *(len(r) for r in rows))
     if length < 2:
         raise ValueError("each text needs at least two tokens (with the sink token) for attention maps")
+    shortest = min(range(len(rows)), key=lambda i: len(rows[i]))
+    if length < max_tokens:
+        logger.info("texts cut to %d tokens, the length of text %d: %r", length, shortest, texts[shortest][:60])
     return torch.tensor([r[:length] for r in rows], dtype=torch.long)  # (N, T): same length, no padding
 
 
@@ -98,6 +101,8 @@ def sink_profile(
     Raises:
         ValueError: for no texts, or texts shorter than ``positions + 1`` tokens.
     """
+    if positions < 1:
+        raise ValueError(f"positions must be at least 1, got {positions}")
     ids = _batch(encoder, texts, max_tokens)
     if ids.shape[1] <= positions:
         raise ValueError(f"texts need more than {positions} tokens for shares on the first {positions} positions")

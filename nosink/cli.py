@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--instruction", help="prompt before every text (the paper uses none for domain tasks)")
     c.add_argument("--smote", choices=["auto", "yes", "no"], default="auto",
                    help="oversample with SMOTE: auto = when small (<1000) or imbalanced (>=3x)")  # fmt: skip
-    c.add_argument("--limit", type=int, help="use the first N training and test texts (quick runs)")
+    c.add_argument("--limit", type=int, help="a seeded, label-stratified sample of N training and N test texts")
     c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
 
     ins = sub.add_parser("inspect", help="attention maps, attention-sink profile and a suggested spec")
@@ -294,10 +294,10 @@ def _classify(args: argparse.Namespace) -> int:
     import json
 
     from nosink import EncoderFromDecoder
-    from nosink.evals.classify import evaluate_classification, read_labeled
+    from nosink.evals.classify import evaluate_classification, read_labeled, subsample
 
-    train = read_labeled(args.train, args.text_column, args.label_column)[: args.limit]
-    test = read_labeled(args.test, args.text_column, args.label_column)[: args.limit]
+    train = subsample(read_labeled(args.train, args.text_column, args.label_column), args.limit)
+    test = subsample(read_labeled(args.test, args.text_column, args.label_column), args.limit)
     path = _model_path(args.model)
     encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
     smote = {"auto": "auto", "yes": True, "no": False}[args.smote]

@@ -93,3 +93,19 @@ def test_end_to_end_with_specs():
         assert 0 <= r.accuracy <= 1 and r.n_train == 80 and r.n_test == 40 and r.smote  # 80 < 1000: SMOTE
     with pytest.raises(ValueError, match="need training and test examples"):
         evaluate_classification(encoder, [], test)
+
+
+def test_subsample_is_stratified_and_seeded():
+    from nosink.evals.classify import subsample
+
+    rows = [Example(f"t{i}", "a") for i in range(90)] + [Example(f"u{i}", "b") for i in range(10)]  # sorted by label
+    sample = subsample(rows, 20, seed=1)
+    assert len(sample) == 20 and {e.label for e in sample} == {"a", "b"}
+    assert sample == subsample(rows, 20, seed=1) and subsample(rows, None) == rows
+
+
+def test_test_labels_unseen_in_training_are_an_error():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    train = [Example("bank money", "finance"), Example("paris city", "travel")] * 3
+    with pytest.raises(ValueError, match=r"test labels \['food'\] never occur in the training examples"):
+        evaluate_classification(encoder, train, [Example("good food", "food")])

@@ -303,3 +303,14 @@ def test_any_mteb_ready_model_runs_as_a_baseline(local_run, tmp_path):
     sts = summary["tasks"]["STSBenchmark"]
     assert summary["specs"] == ["(encoder)"] and sts["status"] == "ok"
     assert sts["scores"]["(encoder)"] == pytest.approx(local_run["summary"]["tasks"]["STSBenchmark"]["scores"][SPEC])
+
+
+def test_two_baselines_in_one_folder_do_not_share_results(local_run, tmp_path):
+    # Foreign models can share mteb's folder name; their results must never be reused for each other.
+    data = local_run["root"] / "data"
+    a = run_mteb(NosinkMTEBEncoder(make_encoder(), SPEC), ["STSBenchmark"], data_dir=data, out_dir=tmp_path)
+    other = EncoderFromDecoder(tiny_decoder("llama", seed=7), SPEC, tiny_tokenizer())
+    b = run_mteb(NosinkMTEBEncoder(other, SPEC), ["STSBenchmark"], data_dir=data, out_dir=tmp_path)
+    alone = run_mteb(NosinkMTEBEncoder(other, SPEC), ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "b")
+    score = lambda s: s["tasks"]["STSBenchmark"]["scores"]["(encoder)"]  # noqa: E731
+    assert score(b) == pytest.approx(score(alone)) and score(b) != pytest.approx(score(a))

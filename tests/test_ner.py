@@ -106,3 +106,38 @@ def test_baseline_encoder_through_the_same_probe(tmp_path):
     train, evaluation = make_sentences(40, seed=8), make_sentences(20, seed=9)
     (result,) = evaluate_ner(features, train, evaluation, specs=[features.spec], show_progress_bar=False)
     assert result.spec == "tiny-bert" and 0.0 <= result.f1 <= 1.0
+
+
+class OneHotWords:
+    """A fake encoder whose token states are one-hot token ids: a perfect tagger is linearly separable."""
+
+    spec = "one-hot"
+
+    def __init__(self):
+        self.tokenizer = tiny_tokenizer()
+
+    def sink_ids(self):
+        return []
+
+    def forward_specs(self, ids, mask, names):
+        import torch
+
+        return dict.fromkeys(names, torch.nn.functional.one_hot(ids, 96).float())
+
+
+def test_known_scores_through_the_probe():
+    # Tags are a function of the word: a linear probe on one-hot words can be perfect, and is.
+    train, evaluation = make_sentences(200, seed=10), make_sentences(50, seed=11)
+    config = NERConfig(lr=0.1, epochs=30)
+    (perfect,) = evaluate_ner(OneHotWords(), train, evaluation, ["one-hot"], config, show_progress_bar=False)
+    assert perfect.f1 == 1.0 and perfect.precision == 1.0 and perfect.recall == 1.0
+    rng = random.Random(12)
+    shuffled = [Sentence(s.words, tuple(rng.choice(["O", "B-LOC", "B-PER"]) for _ in s.words)) for s in train]
+    (noise,) = evaluate_ner(OneHotWords(), shuffled, evaluation, ["one-hot"], config, show_progress_bar=False)
+    assert noise.f1 < 0.7
+
+
+def test_max_length_without_room_for_words_is_an_error(encoder):
+    with pytest.raises(ValueError, match="leaves no room for words"):
+        evaluate_ner(encoder, make_sentences(5), make_sentences(5), config=NERConfig(max_length=1),
+                     show_progress_bar=False)  # fmt: skip

@@ -117,3 +117,9 @@ def test_refining_a_suggestion_runs_a_small_search(tmp_path):
         stack = c.spec.resolve(4).stack
         assert (c.k, c.k0) == (sum(not k.is_causal for k in stack), sum(k.sink is not None for k in stack))
     assert (tmp_path / "suggestion_search.json").is_file()
+
+
+def test_positions_must_be_positive():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    with pytest.raises(ValueError, match="positions must be at least 1"):
+        sink_profile(encoder, TEXTS, positions=0)
