@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from nosink import EncoderFromDecoder, Spec, parse_spec
+from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import as_spec
 
 __all__ = [
     "ClassificationResult",
@@ -230,7 +231,7 @@ def evaluate_classification(
     unseen = sorted({e.label for e in test} - {e.label for e in train})
     if unseen:
         raise ValueError(f"test labels {unseen[:10]} never occur in the training examples")
-    names = [str(parse_spec(s) if isinstance(s, str) else s) for s in (specs or [encoder.spec])]
+    names = [str(as_spec(s)) for s in (specs or [encoder.spec])]
     kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar}
     train_x = encoder.encode_specs(names, [e.text for e in train], instruction, **kwargs)
     test_x = encoder.encode_specs(names, [e.text for e in test], instruction, **kwargs)

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nosink import EncoderFromDecoder, Spec, parse_spec
+from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import as_spec
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
@@ -101,8 +102,8 @@ def format_instruction(task_instruction: str) -> str:
     return f"Instruct: {task_instruction}\nQuery: "
 
 
-def _canonical(spec: str | Spec) -> str:
-    return str(parse_spec(spec) if isinstance(spec, str) else spec)
+def _spec_name(spec: str | Spec) -> str:
+    return str(as_spec(spec))
 
 
 def _model_name(encoder: EncoderFromDecoder) -> str:
@@ -139,7 +140,7 @@ class SpecSweepCache:
         if not specs:
             raise ValueError("a sweep needs at least one spec")
         self.encoder = encoder
-        self.specs = list(dict.fromkeys(_canonical(s) for s in specs))
+        self.specs = list(dict.fromkeys(_spec_name(s) for s in specs))
         self.batch_size = batch_size
         self.max_length = max_length
         self._store: dict[tuple[str | None, str, bool], dict[str, np.ndarray]] = {}
@@ -163,7 +164,7 @@ class SpecSweepCache:
         Raises:
             KeyError: if ``spec`` is not one of the sweep's specs.
         """
-        name = _canonical(spec)
+        name = _spec_name(spec)
         if name not in self.specs:
             raise KeyError(f"spec {name!r} is not in this sweep: {self.specs}")
         missing = list(dict.fromkeys(t for t in texts if (instruction, t, normalize) not in self._store))
@@ -222,7 +223,7 @@ class NosinkMTEBEncoder:
         experiment_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.encoder = encoder
-        self.spec = _canonical(encoder.spec if spec is None else spec)
+        self.spec = _spec_name(encoder.spec if spec is None else spec)
         if cache is not None and self.spec not in cache.specs:
             raise ValueError(f"spec {self.spec!r} is not in the cache's sweep {cache.specs}")
         self.instructions = dict(PAPER_TASKS if instructions is None else instructions)
@@ -338,7 +339,7 @@ class NosinkMTEBEncoder:
             max_length=self.max_length,
             convert_to_numpy=True,
         )
-        if self.spec == _canonical(self.encoder.spec):
+        if self.spec == _spec_name(self.encoder.spec):
             return self.encoder.encode(texts, instruction, **options)
         return self.encoder.encode_specs([self.spec], texts, instruction, **options)[self.spec]
 
@@ -612,8 +613,11 @@ def run_mteb(
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be a positive number of items, got {limit}")
     extra = {"limit": limit} if limit is not None else {}
-    if isinstance(encoder, EncoderFromDecoder):
-        spec_names = list(dict.fromkeys(_canonical(s) for s in specs)) if specs else [_canonical(encoder.spec)]
+    # mteb files a foreign model's results under that model's card name, which two baselines can share
+    # ("no_model_name__available"): never reuse them.
+    foreign = not isinstance(encoder, EncoderFromDecoder)
+    if not foreign:
+        spec_names = list(dict.fromkeys(_spec_name(s) for s in specs)) if specs else [_spec_name(encoder.spec)]
         cache = SpecSweepCache(encoder, spec_names, batch_size=batch_size, max_length=max_length) if specs else None
         models: dict[str, Any] = {
             spec: NosinkMTEBEncoder(
@@ -685,11 +689,7 @@ def run_mteb(
                     model,
                     task,
                     cache=result_cache,
-                    # mteb files a foreign model's results under its own model card name, which two
-                    # baselines can share ("no_model_name__available"): never reuse those.
-                    overwrite_strategy="always"
-                    if overwrite or (cache is None and spec == "(encoder)")
-                    else "only-missing",
+                    overwrite_strategy="always" if overwrite or foreign else "only-missing",
                     co2_tracker=False,
                     show_progress_bar=False,
                     encode_kwargs={"batch_size": batch_size},

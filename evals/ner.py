@@ -26,6 +26,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import as_spec
 
 __all__ = [
     "NERConfig",
@@ -191,7 +192,7 @@ def word_features(
         firsts.append([None if f is None else f + len(sink) for f in _word_token_index(offsets, spans)])
 
     # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
-    names = [_canonical(spec) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
+    names = [str(as_spec(spec)) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
     feats: dict[str, list[torch.Tensor]] = {n: [None] * len(rows) for n in names}  # type: ignore[list-item]
     order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -212,12 +213,6 @@ def word_features(
                     feats[name][i] = hidden[r, keep].half()
     kept = [[f is not None for f in fs] for fs in firsts]
     return feats, kept
-
-
-def _canonical(spec: str | Spec) -> str:
-    from nosink import parse_spec
-
-    return str(parse_spec(spec) if isinstance(spec, str) else spec)
 
 
 def train_probe(

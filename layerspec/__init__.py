@@ -8,7 +8,7 @@
 
 from . import presets
 from .errors import SpecError
-from .grammar import parse_spec
+from .grammar import as_spec, parse_spec
 from .masks import additive_mask, build_mask, predicate, relative_positions
 from .plan import MAIN, Fork, LayerStep, Merge, Plan, Step, resolve
 from .spec import Block, Kind, Segment, Spec
@@ -26,6 +26,7 @@ __all__ = [
     "SpecError",
     "Step",
     "additive_mask",
+    "as_spec",
     "build_mask",
     "parse_spec",
     "predicate",

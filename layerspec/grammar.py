@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .errors import SpecError
 from .spec import MAX_COUNT, MAX_SINK, Block, Item, Kind, Segment, Spec, check_items
 
-__all__ = ["parse_spec"]
+__all__ = ["as_spec", "parse_spec"]
 
 _ITEM_EXPECTED = "one of F, B, R, M<n>F, M<n>B, INTER(, EXTRA(, EXTEND("
 _SEGMENT_EXPECTED = "one of F, B, R, M<n>F, M<n>B"
@@ -184,6 +184,19 @@ class _Parser:
         if sink > MAX_SINK:
             raise self.fail(f"sink size {_quote(digits)} is too large", tok, f"at most {MAX_SINK}")
         return Kind(suffix, sink)  # type: ignore[arg-type]
+
+
+def as_spec(spec: str | Spec) -> Spec:
+    """``spec`` itself if it is a :class:`Spec`, else :func:`parse_spec` of it.
+
+    >>> str(as_spec("fwd* | m0b*2")) == str(as_spec(parse_spec("F* | M0B*2")))
+    True
+
+    Raises:
+        SpecError: for malformed spec text.
+        TypeError: for anything but a string or a Spec.
+    """
+    return spec if isinstance(spec, Spec) else parse_spec(spec)
 
 
 def _quote(text: str, limit: int = 24) -> str:

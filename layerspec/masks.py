@@ -87,7 +87,10 @@ def relative_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: if the mask is not 2-D or holds values other than 0 and 1.
     """
-    real = _check_attention_mask(attention_mask)
+    return _positions(_check_attention_mask(attention_mask))
+
+
+def _positions(real: torch.Tensor) -> torch.Tensor:
     pos = real.long().cumsum(-1) - 1  # (B, T)
     return pos.masked_fill(~real, -1)
 
@@ -105,7 +108,7 @@ def build_mask(kind: Kind, attention_mask: torch.Tensor, sliding_window: int | N
         ValueError: if ``attention_mask`` is malformed or ``sliding_window`` is not positive.
     """
     real = _check_attention_mask(attention_mask)  # (B, T)
-    pos = relative_positions(real)
+    pos = _positions(real)
     q, k = pos[:, :, None], pos[:, None, :]  # (B, T, 1), (B, 1, T)
     allowed = predicate(kind)(q, k)
     if sliding_window is not None:

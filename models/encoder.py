@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, build_mask, parse_spec
+from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.masks import relative_positions
 
 from .families import DecoderParts
@@ -136,9 +136,9 @@ class EncoderFromDecoder(nn.Module):
         super().__init__()
         self.parts = DecoderParts(decoder)
         self.decoder = self.parts.model  # a submodule, so the encoder's parameters are the decoder's
-        self.spec = parse_spec(spec) if isinstance(spec, str) else spec
-        if not isinstance(self.spec, Spec):
+        if not isinstance(spec, (str, Spec)):
             raise TypeError(f"spec must be a string or a Spec, got {type(spec).__name__}")
+        self.spec = as_spec(spec)
         self.plan = self.spec.resolve(self.parts.depth)
         self.tokenizer = tokenizer
         self.sink_token = sink_token
@@ -208,7 +208,7 @@ class EncoderFromDecoder(nn.Module):
                     "or spec=nosink.presets.mask0_bidir(k=4)"
                 )
             spec = saved["spec"]
-        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        spec = as_spec(spec)
         config = load_config(name_or_path, **hf_kwargs)
         family_of(config)
         spec.resolve(config.num_hidden_layers)
@@ -334,7 +334,7 @@ class EncoderFromDecoder(nn.Module):
             self._run_tree(group, cut, dict(streams), batch, out)
 
     def _plan_of(self, spec: str | Spec) -> Plan:
-        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        spec = as_spec(spec)
         return self.plan if spec == self.spec else spec.resolve(self.parts.depth)
 
     def _mask_key(self, step: LayerStep) -> tuple[Kind, int | None]:
