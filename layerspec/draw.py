@@ -94,7 +94,9 @@ def mask_svg(
     for i, label in enumerate(labels):
         y = top + i * cell + cell / 2 + 4
         x = label_w + i * cell + cell / 2 + 4
-        out.append(f'<text x="{label_w - 4}" y="{y:.0f}" text-anchor="end" font-size="11" {_FONT}>{escape(label)}</text>')
+        out.append(
+            f'<text x="{label_w - 4}" y="{y:.0f}" text-anchor="end" font-size="11" {_FONT}>{escape(label)}</text>'
+        )
         out.append(
             f'<text x="{x:.0f}" y="{top - 4}" font-size="11" transform="rotate(-90 {x:.0f} {top - 4})" {_FONT}>'
             f"{escape(label)}</text>"

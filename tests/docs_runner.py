@@ -38,7 +38,17 @@ BASELINE_IDS = {
 SKIP = 77
 RUN = ("python", "pycon", "bash")
 SHOWN = ("text", "json", "yaml", "toml")
-SETUP = ("pip ", "python3 -m venv", "python -m venv", ".venv/bin/pip", "git clone", "cd ", "mkdocs ", "apt-get ", "sudo ")
+SETUP = (
+    "pip ",
+    "python3 -m venv",
+    "python -m venv",
+    ".venv/bin/pip",
+    "git clone",
+    "cd ",
+    "mkdocs ",
+    "apt-get ",
+    "sudo ",
+)
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 _SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*(?P<reason>.*?)\s*-->\s*$")
@@ -62,7 +72,9 @@ def blocks(text: str) -> list[Block]:
         code = "".join(line[len(indent) :] if line.startswith(indent) else line for line in m["body"].splitlines(True))
         before = text[: m.start()].rstrip().splitlines()
         marker = _SKIP.search(before[-1]) if before else None
-        found.append(Block(m["lang"].lower(), code, text.count("\n", 0, m.start()) + 1, marker["reason"] if marker else None))
+        found.append(
+            Block(m["lang"].lower(), code, text.count("\n", 0, m.start()) + 1, marker["reason"] if marker else None)
+        )
     return found
 
 

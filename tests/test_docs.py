@@ -81,7 +81,7 @@ def test_undeclared_blocks_and_commands_are_problems():
 
 
 def test_blocks_inside_admonitions_are_found_and_dedented():
-    text = '!!! note\n    ```python\n    x = 1\n    y = x + 1\n    ```\n\n```pycon\n>>> 1\n1\n```\n'
+    text = "!!! note\n    ```python\n    x = 1\n    y = x + 1\n    ```\n\n```pycon\n>>> 1\n1\n```\n"
     found = blocks(text)
     assert [(b.lang, b.code) for b in found] == [("python", "x = 1\ny = x + 1\n"), ("pycon", ">>> 1\n1\n")]
 

@@ -36,8 +36,14 @@ MASKS = {
 }
 
 EXTRA_MASKS = {
-    "padding-right-M0B": ("M0B", {"tokens": PADDED, "attention_mask": [1, 1, 1, 1, 0, 0], "title": "M0B, right padding"}),
-    "padding-left-M0B": ("M0B", {"tokens": LEFT_PADDED, "attention_mask": [0, 0, 1, 1, 1, 1], "title": "M0B, left padding"}),
+    "padding-right-M0B": (
+        "M0B",
+        {"tokens": PADDED, "attention_mask": [1, 1, 1, 1, 0, 0], "title": "M0B, right padding"},
+    ),
+    "padding-left-M0B": (
+        "M0B",
+        {"tokens": LEFT_PADDED, "attention_mask": [0, 0, 1, 1, 1, 1], "title": "M0B, left padding"},
+    ),
     "window-F": ("F", {"tokens": TOKENS, "sliding_window": 3, "title": "F, sliding window 3"}),
 }
 
