@@ -48,6 +48,7 @@ SETUP = (
     "mkdocs ",
     "apt-get ",
     "sudo ",
+    "(command -v chromium",
 )
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
@@ -166,6 +167,7 @@ def _run_block(block: Block, scope: dict, name: str) -> None:
         test = doctest.DocTestParser().get_doctest(block.code, scope, name, name, block.line)
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         runner.run(test, clear_globs=False)
+        scope.update(test.globs)  # DocTest runs in a copy of the namespace: later blocks see its names
         if runner.failures:
             raise AssertionError(f"{runner.failures} doctest example(s) failed in the block at line {block.line}")
     elif block.lang == "bash":
