@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--max-length", type=int, default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
 
-    ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep (see 'nosink eval -h')")
+    ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep, mteb, classify (see 'nosink eval -h')")
     evsub = ev.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     for name, text in (
         ("ner", "CoNLL-2003 NER probe for one spec"),

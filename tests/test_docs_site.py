@@ -63,6 +63,13 @@ def test_api_reference_is_generated_from_docstrings(site):
     assert "EncoderFromDecoder" in html and "Embed texts, sentence-transformers style." in html
 
 
+def test_cli_reference_shows_every_commands_real_help(site):
+    html = (site / "reference" / "cli" / "index.html").read_text()
+    for command in ("demo", "encode", "plan", "inspect", "eval ner", "eval sweep", "eval mteb", "eval classify"):
+        assert f"usage: nosink {command}" in html, command
+    assert "--train-limit" in html and "--threshold" in html
+
+
 # --- rendering in a real browser ------------------------------------------------------------------
 
 

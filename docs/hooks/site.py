@@ -3,6 +3,8 @@
 - The mask and plan pictures are drawn at build time from the code that runs them: every figure
   below is made by :mod:`nosink.layerspec.draw` from ``build_mask`` and ``resolve``, so a picture
   cannot disagree with the masks the encoder uses. Pages refer to them as ``figures/...svg``.
+- The command-line reference shows each command's real ``--help``: a line
+  ``<!-- nosink-help: eval ner -->`` in a page becomes the output of ``nosink eval ner --help``.
 - The API reference reads the sources statically (griffe), which looks for ``nosink/evals`` where
   the repository has ``evals/`` (setuptools maps the folders at install time). The hook lays out
   ``build/api-src/nosink`` as the installed package looks, with links to the real files, and
@@ -11,6 +13,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -97,3 +104,31 @@ def on_files(files: Files, config, **kwargs) -> Files:
     for path, svg in figures().items():
         files.append(File.generated(config, path, content=svg))
     return files
+
+
+_HELP = re.compile(r"^<!-- nosink-help:(?P<args>[^>]*)-->$", re.M)
+
+
+def cli_help(args: str) -> str:
+    """The ``--help`` text of ``nosink ARGS``, as argparse prints it at 100 columns."""
+    from nosink.cli import main
+
+    out = io.StringIO()
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main([*shlex.split(args), "--help"])
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+    if not out.getvalue().startswith("usage: nosink"):
+        raise ValueError(f"'nosink {args} --help' printed no usage")
+    return out.getvalue().rstrip()
+
+
+def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
+    """Replace ``<!-- nosink-help: ARGS -->`` lines by the help of ``nosink ARGS``."""
+    return _HELP.sub(lambda m: "```text\n" + cli_help(m["args"].strip()) + "\n```", markdown)
