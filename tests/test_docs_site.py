@@ -61,6 +61,11 @@ def test_spec_reference_draws_every_kind_and_combinator(site):
 def test_api_reference_is_generated_from_docstrings(site):
     html = (site / "reference" / "models" / "index.html").read_text()
     assert "EncoderFromDecoder" in html and "Embed texts, sentence-transformers style." in html
+    layerspec = (site / "reference" / "layerspec" / "index.html").read_text()
+    # doctests render as code blocks, Sphinx roles as code spans
+    assert re.search(r'<div class="language-pycon highlight">.*?parse_spec', layerspec, flags=re.S)
+    for page in ("models", "layerspec", "evals"):
+        assert ":class:`" not in (site / "reference" / page / "index.html").read_text()
 
 
 def test_cli_reference_shows_every_commands_real_help(site):
