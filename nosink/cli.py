@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--limit", type=int, help="at most N items per split, seeded (quick runs; not comparable)")
     m.add_argument("--batch-size", type=int, default=32)
     m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
+    m.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
 
     c = evsub.add_parser("classify", help="logistic regression on frozen embeddings (domain tasks, section 4.1)")
     c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
@@ -287,7 +288,10 @@ def _shared_data() -> Path | None:
 
 def _default_conll() -> str:
     shared = _shared_data()
-    return str(shared / "conll2003") if shared and (shared / "conll2003").is_dir() else "eriktks/conll2003"
+    if shared and (shared / "conll2003").is_dir():
+        print(f"using the local CoNLL-2003 copy in {shared / 'conll2003'} (--data chooses another)", file=sys.stderr)
+        return str(shared / "conll2003")
+    return "eriktks/conll2003"
 
 
 def _classify(args: argparse.Namespace) -> int:
@@ -319,6 +323,8 @@ def _mteb(args: argparse.Namespace) -> int:
     from nosink.evals.mteb_eval import run_mteb
 
     data_dir = args.data_dir or _shared_data()
+    if args.data_dir is None and data_dir is not None:
+        print(f"using local data copies in {data_dir} (--data-dir chooses another folder)", file=sys.stderr)
     if _is_baseline(args.model):
         from sentence_transformers import SentenceTransformer
 
@@ -334,7 +340,15 @@ def _mteb(args: argparse.Namespace) -> int:
         encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
         name = f"nosink/{Path(path).name}"
     summary = run_mteb(
-        encoder, args.tasks, data_dir, args.out, args.limit, args.specs, model_name=name, batch_size=args.batch_size
+        encoder,
+        args.tasks,
+        data_dir,
+        args.out,
+        args.limit,
+        args.specs,
+        model_name=name,
+        batch_size=args.batch_size,
+        overwrite=args.overwrite,
     )
     summary["command"] = " ".join(sys.argv)
     args.out.mkdir(parents=True, exist_ok=True)

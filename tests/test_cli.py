@@ -1,5 +1,8 @@
 """The nosink command line."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
@@ -108,6 +111,16 @@ def test_eval_mteb_on_a_local_sts_copy(saved, tmp_path, capsys):
     assert summary["tasks"]["SciFact"]["status"] == "skipped"
     out = capsys.readouterr().out
     assert "STSBenchmark" in out and "SciFact" in out and "skipped" in out
+
+    # A second run reuses mteb's stored results unless told to overwrite them.
+    result = Path(summary["tasks"]["STSBenchmark"]["files"]["F*"])
+    os.utime(result, ns=(0, 0))
+    marker = result.stat().st_mtime_ns
+    args = [*args[:3], "--specs", "F*", *args[6:]]
+    assert main(args) == 0
+    assert result.stat().st_mtime_ns == marker
+    assert main([*args, "--overwrite"]) == 0
+    assert result.stat().st_mtime_ns != marker
 
 
 def test_inspect_writes_figures_tables_and_a_suggestion(saved, tmp_path, capsys):
