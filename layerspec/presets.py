@@ -193,7 +193,8 @@ def from_official(
 
     Raises:
         SpecError: for an unknown architecture or mask type, negative counts, overlapping
-            or out-of-range layer lists, or layer lists without ``num_layers``.
+            or out-of-range layer lists, layer lists without ``num_layers``, or both counts and
+            layer lists.
     """
     arch = architecture.strip().upper()
     if arch not in ("INPLACE", "INTER", "EXTRA", "EXTEND"):
@@ -203,8 +204,15 @@ def from_official(
         raise SpecError(f"unknown mask_type {mask_type!r}", expected="MASK0 or BACK")
     unsink = M0B if mtype == "MASK0" else R
 
-    if unsink_layers is not None or bidir_layers is not None:
-        return _from_layer_lists(arch, unsink, unsink_layers or (), bidir_layers or (), num_layers)
+    unsink_list = tuple(unsink_layers) if unsink_layers is not None else ()
+    bidir_list = tuple(bidir_layers) if bidir_layers is not None else ()
+    if unsink_list or bidir_list:
+        if num_unsink_layers or num_bidir_layers:
+            raise SpecError(
+                "both layer counts (num_unsink_layers/num_bidir_layers) and layer lists (unsink_layers/bidir_layers)",
+                expected="either the counts or the lists",
+            )
+        return _from_layer_lists(arch, unsink, unsink_list, bidir_list, num_layers)
 
     for name, value in (("num_unsink_layers", num_unsink_layers), ("num_bidir_layers", num_bidir_layers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

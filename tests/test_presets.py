@@ -81,6 +81,12 @@ def test_unknown_name_and_parameters():
         ({"architecture": "INPLACE"}, "F*"),
         ({"unsink_layers": [4, 5], "bidir_layers": [2, 3], "num_layers": 6}, "F*2 | B*2 | M0B*2"),
         ({"unsink_layers": [0], "mask_type": "BACK", "num_layers": 3}, "R | F*2"),
+        # The official scripts pass empty lists by default: they mean "not given", not "no layers".
+        (
+            {"num_unsink_layers": 2, "num_bidir_layers": 15, "unsink_layers": [], "bidir_layers": []},
+            "F* | B*15 | M0B*2",
+        ),
+        ({"unsink_layers": [], "bidir_layers": [], "num_layers": 22}, "F*"),
     ],
 )
 def test_from_official_arguments(kwargs, text):
@@ -97,6 +103,7 @@ def test_from_official_arguments(kwargs, text):
         ({"unsink_layers": [1], "bidir_layers": [1], "num_layers": 4}, "layer 1 is in both"),
         ({"unsink_layers": [4], "num_layers": 4}, "not a layer index from 0 to 3"),
         ({"architecture": "INTER", "unsink_layers": [1], "num_layers": 4}, "INPLACE only"),
+        ({"num_unsink_layers": 3, "unsink_layers": [5], "num_layers": 8}, "both layer counts"),
     ],
 )
 def test_from_official_rejects_bad_arguments(kwargs, message):

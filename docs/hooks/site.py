@@ -5,6 +5,8 @@
   cannot disagree with the masks the encoder uses. Pages refer to them as ``figures/...svg``.
 - The command-line reference shows each command's real ``--help``: a line
   ``<!-- nosink-help: eval ner -->`` in a page becomes the output of ``nosink eval ner --help``.
+- A ``|`` inside a code span in a table must be written ``\\|`` in Markdown (GitHub drops the
+  backslash, Python-Markdown keeps it): table cells lose that backslash in the built HTML.
 - The API reference reads the sources statically (griffe), which looks for ``nosink/evals`` where
   the repository has ``evals/`` (setuptools maps the folders at install time). The hook lays out
   ``build/api-src/nosink`` as the installed package looks, with links to the real files, and
@@ -64,7 +66,8 @@ PLANS = {
     "mask0-bidir": ("F* | M0B*2", 6),
     "mask0-and-bidir": ("F* | B*2 | M0B*2", 6),
     "mask0-for": ("F* | M0F*2", 6),
-    "mask0-all": ("M0F*", 6),
+    "mask0-all": ("M0B*", 6),
+    "mask0-for-all": ("M0F*", 6),
 }
 
 
@@ -132,3 +135,11 @@ def cli_help(args: str) -> str:
 def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
     """Replace ``<!-- nosink-help: ARGS -->`` lines by the help of ``nosink ARGS``."""
     return _HELP.sub(lambda m: "```text\n" + cli_help(m["args"].strip()) + "\n```", markdown)
+
+
+_CELL = re.compile(r"<t[dh][ >].*?</t[dh]>", re.S)
+
+
+def on_page_content(html: str, page, config, files, **kwargs) -> str:
+    """Drop the backslash of ``\\|`` in table cells, as GitHub renders it."""
+    return _CELL.sub(lambda m: m[0].replace("\\|", "|"), html)
