@@ -190,6 +190,7 @@ def from_official(
     (``mask_type="BACK"``, our ``R``). ``unsink_layers`` and ``bidir_layers`` instead list
     0-based layer indices, which needs ``num_layers`` (INPLACE only). Its undocumented
     ``res_connect`` skip connection is not part of the paper and has no translation.
+    ``architecture="NONE"`` is the unconverted model (``F*``), whatever the counts.
 
     Raises:
         SpecError: for an unknown architecture or mask type, negative counts, overlapping
@@ -197,12 +198,14 @@ def from_official(
             layer lists.
     """
     arch = architecture.strip().upper()
-    if arch not in ("INPLACE", "INTER", "EXTRA", "EXTEND"):
-        raise SpecError(f"unknown architecture {architecture!r}", expected="INPLACE, INTER, EXTRA or EXTEND")
+    if arch not in ("NONE", "INPLACE", "INTER", "EXTRA", "EXTEND"):
+        raise SpecError(f"unknown architecture {architecture!r}", expected="NONE, INPLACE, INTER, EXTRA or EXTEND")
     mtype = mask_type.strip().upper()
     if mtype not in ("MASK0", "BACK"):
         raise SpecError(f"unknown mask_type {mask_type!r}", expected="MASK0 or BACK")
     unsink = M0B if mtype == "MASK0" else R
+    if arch == "NONE":  # the official code's unconverted model: it zeroes the counts and lists
+        return baseline()
 
     unsink_list = tuple(unsink_layers) if unsink_layers is not None else ()
     bidir_list = tuple(bidir_layers) if bidir_layers is not None else ()

@@ -79,6 +79,7 @@ def test_unknown_name_and_parameters():
             "F* | INTER(B*2 | R)",
         ),
         ({"architecture": "INPLACE"}, "F*"),
+        ({"architecture": "none", "num_unsink_layers": 4, "num_bidir_layers": 2}, "F*"),
         ({"unsink_layers": [4, 5], "bidir_layers": [2, 3], "num_layers": 6}, "F*2 | B*2 | M0B*2"),
         ({"unsink_layers": [0], "mask_type": "BACK", "num_layers": 3}, "R | F*2"),
         # The official scripts pass empty lists by default: they mean "not given", not "no layers".
