@@ -209,7 +209,7 @@ def plot_sink_profiles(
     """Share of attention on positions 0 and 1 per main-stack layer, one pair of lines per profile."""
     from .plotting import figure, save
 
-    fig, ax = figure(figsize=(7, 4), dpi=120)
+    fig, ax = figure(figsize=(8.5, 4), dpi=120)
     for label, profile in profiles.items():
         stack = [p for p in profile if p.role == "stack"]
         line = ax.plot([p.layer for p in stack], [p.shares[0] for p in stack], marker="o", markersize=3,
@@ -223,7 +223,8 @@ def plot_sink_profiles(
     ax.set_ylabel("share of attention")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    # Outside the axes, on the right: inside, it would cover curves (they span the whole plot).
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     if title:
         ax.set_title(title)
-    return save(fig, path)
+    return save(fig, path)  # tight_layout makes room for the legend

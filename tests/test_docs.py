@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_runner import SKIP, blocks, needs, problems
+from docs_runner import SKIP, _commands, blocks, needs, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "docs_runner.py"
@@ -41,6 +41,23 @@ def test_page_examples_run(page):
 def test_the_docs_have_runnable_examples():
     runnable = [b for p in PAGES for b in blocks(p.read_text()) if b.lang in ("python", "pycon", "bash") and not b.skip]
     assert len(runnable) >= 40
+
+
+def test_commands_of_long_runs_still_parse():
+    """Blocks marked as long runs are not run, but their nosink commands must fit the current CLI."""
+    import shlex
+
+    from nosink.cli import _parser
+
+    checked = 0
+    for page in PAGES:
+        for block in blocks(page.read_text()):
+            if block.skip and block.lang == "bash":
+                for cmd in _commands(block.code):
+                    if cmd.startswith("nosink "):
+                        _parser().parse_args(shlex.split(cmd)[1:])  # argparse exits on a bad command
+                        checked += 1
+    assert checked >= 10
 
 
 # --- the runner itself must fail on what it is there to catch ------------------------------------
