@@ -175,7 +175,7 @@ class SpecSweepCache:
                 instruction,
                 pooling="mean",
                 batch_size=self.batch_size,
-                show_progress_bar=False,
+                show_progress_bar=None,  # a bar when there are more than 8 batches: every spec runs here
                 normalize_embeddings=normalize,
                 max_length=self.max_length,
                 convert_to_numpy=True,
@@ -334,7 +334,7 @@ class NosinkMTEBEncoder:
         options = dict(
             pooling="mean",
             batch_size=batch_size,
-            show_progress_bar=False,
+            show_progress_bar=None,  # a bar when there are more than 8 batches
             normalize_embeddings=normalize,
             max_length=self.max_length,
             convert_to_numpy=True,
