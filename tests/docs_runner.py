@@ -108,11 +108,17 @@ def _bash_problems(code: str) -> list[str]:
 
 
 def needs(text: str) -> dict[str, bool]:
-    """Which local resources a page's examples refer to."""
+    """Which local resources the code of a page (or a code text) refers to.
+
+    ``data`` counts as used when a code block names ``data/...`` or the folder ``data`` itself
+    (``data_dir="data"``, ``--data data``); prose is not looked at.
+    """
+    found = blocks(text)
+    code = "\n".join(b.code for b in found if b.skip is None and b.lang in RUN) if found else text
     return {
-        "smollm2": SMOLLM2_ID in text,
-        "data": bool(re.search(r"""["'\s]data/""", text)),
-        **{name: hub_id in text for hub_id, name in BASELINE_IDS.items()},
+        "smollm2": SMOLLM2_ID in code,
+        "data": bool(re.search(r"""["']data(/[^"']*)?["']|(^|\s)data/|--data(-dir)?[ =]data\b""", code, flags=re.M)),
+        **{name: hub_id in code for hub_id, name in BASELINE_IDS.items()},
     }
 
 

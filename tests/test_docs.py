@@ -106,4 +106,8 @@ def test_blocks_inside_admonitions_are_found_and_dedented():
 def test_resources_are_detected():
     assert needs('EncoderFromDecoder.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")')["smollm2"]
     assert needs('load_conll("data/conll2003", "dev")')["data"]
+    assert needs('run_mteb(encoder, data_dir="data", limit=4)')["data"]
+    assert needs("nosink eval mteb demo --data-dir data --limit 4")["data"]
     assert not needs("the metadata/ folder")["data"]
+    assert not needs("the data we use\n\n```python\nx = 1\n```\n")["data"]  # prose does not count
+    assert needs('```python\nx = "data/conll2003"\n```\n')["data"]
