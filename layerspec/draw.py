@@ -126,7 +126,7 @@ def plan_svg(plan: Plan, title: str | None = None) -> str:
         plan: a resolved plan, e.g. ``parse_spec("F* | INTER(B*2)").resolve(6)``.
         title: a caption above the diagram (default: the plan's spec).
     """
-    depth = max((s.layer for s in plan.layer_steps), default=-1) + 1
+    depth = plan.depth
     columns: dict[str, int] = {"main": 0}
     level: dict[str, float] = {"main": -1.0}  # where each stream's latest element sits; -1 = embeddings
     extend = 0

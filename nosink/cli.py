@@ -278,20 +278,21 @@ def _is_baseline(name: str) -> bool:
     return name in BASELINES
 
 
-def _shared_data() -> Path | None:
-    """The project's local data copies (``../shared/data`` beside the checkout), if present."""
+def _shared_data(sub: str = "", option: str = "--data") -> Path | None:
+    """The project's local data copy (``../shared/data/SUB`` beside the checkout), if present.
+
+    Used only when the user gave no data option; says so on stderr, naming the option that chooses another.
+    """
     for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
-        if (root / "shared" / "data").is_dir():
-            return root / "shared" / "data"
+        folder = root / "shared" / "data" / sub
+        if folder.is_dir():
+            print(f"using the local data copy in {folder} ({option} chooses another)", file=sys.stderr)
+            return folder
     return None
 
 
 def _default_conll() -> str:
-    shared = _shared_data()
-    if shared and (shared / "conll2003").is_dir():
-        print(f"using the local CoNLL-2003 copy in {shared / 'conll2003'} (--data chooses another)", file=sys.stderr)
-        return str(shared / "conll2003")
-    return "eriktks/conll2003"
+    return str(_shared_data("conll2003") or "eriktks/conll2003")
 
 
 def _classify(args: argparse.Namespace) -> int:
@@ -322,9 +323,7 @@ def _mteb(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
     from nosink.evals.mteb_eval import run_mteb
 
-    data_dir = args.data_dir or _shared_data()
-    if args.data_dir is None and data_dir is not None:
-        print(f"using local data copies in {data_dir} (--data-dir chooses another folder)", file=sys.stderr)
+    data_dir = args.data_dir or _shared_data(option="--data-dir")
     if _is_baseline(args.model):
         from sentence_transformers import SentenceTransformer
 

@@ -94,7 +94,8 @@ def problems(text: str) -> list[str]:
     return out
 
 
-def _commands(code: str) -> list[str]:
+def commands(code: str) -> list[str]:
+    """The shell commands of a bash block: continuation lines joined, blanks and comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", code)
     return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
 
@@ -102,7 +103,7 @@ def _commands(code: str) -> list[str]:
 def _bash_problems(code: str) -> list[str]:
     return [
         f"command {cmd!r} is neither a nosink command (run by the tests) nor a setup step"
-        for cmd in _commands(code)
+        for cmd in commands(code)
         if not cmd.startswith("nosink ") and not cmd.startswith(SETUP)
     ]
 
@@ -181,7 +182,7 @@ def _run_block(block: Block, scope: dict, name: str) -> None:
 
         from nosink.cli import main
 
-        for cmd in _commands(block.code):
+        for cmd in commands(block.code):
             if cmd.startswith("nosink "):
                 rc = main(shlex.split(cmd)[1:])
                 if rc:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_runner import SKIP, _commands, blocks, needs, problems
+from docs_runner import SKIP, blocks, commands, needs, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "docs_runner.py"
@@ -53,7 +53,7 @@ def test_commands_of_long_runs_still_parse():
     for page in PAGES:
         for block in blocks(page.read_text()):
             if block.skip and block.lang == "bash":
-                for cmd in _commands(block.code):
+                for cmd in commands(block.code):
                     if cmd.startswith("nosink "):
                         _parser().parse_args(shlex.split(cmd)[1:])  # argparse exits on a bad command
                         checked += 1
