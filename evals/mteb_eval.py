@@ -107,9 +107,8 @@ def _spec_name(spec: str | Spec) -> str:
 
 
 def _model_name(encoder: EncoderFromDecoder) -> str:
-    config = encoder.config
-    path = str(getattr(config, "_name_or_path", "") or "").rstrip("/")
-    return Path(path).name if path else str(getattr(config, "model_type", "decoder"))
+    path = encoder.name_or_path.rstrip("/")
+    return Path(path).name if path else str(getattr(encoder.config, "model_type", "decoder"))
 
 
 # --------------------------------------------------------------------------- encoding
@@ -229,8 +228,7 @@ class NosinkMTEBEncoder:
         self.instructions = dict(PAPER_TASKS if instructions is None else instructions)
         self.cache = cache
         self.model_name = model_name or f"nosink/{_model_name(encoder)}"
-        config = encoder.config
-        self.revision = revision or getattr(config, "_commit_hash", None) or "no_revision_available"
+        self.revision = revision or encoder.revision or "no_revision_available"
         self.batch_size = batch_size
         self.max_length = max_length
         self.experiment_kwargs = {"spec": self.spec, "pooling": "mean", **dict(experiment_kwargs or {})}

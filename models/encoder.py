@@ -154,6 +154,16 @@ class EncoderFromDecoder(nn.Module):
         """The decoder's transformers config."""
         return self.parts.config
 
+    @property
+    def name_or_path(self) -> str:
+        """The hub id or folder the decoder was loaded from (``""`` for a model built in code)."""
+        return str(getattr(self.parts.config, "_name_or_path", "") or "")
+
+    @property
+    def revision(self) -> str | None:
+        """The hub commit the weights came from, when transformers recorded one (``None`` for local folders)."""
+        return getattr(self.parts.config, "_commit_hash", None)
+
     # ------------------------------------------------------------------ construction
 
     @classmethod
