@@ -14,8 +14,10 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
+from nosink.layerspec.checks import positive_int, printable
 from nosink.layerspec.masks import relative_positions
 
+from . import texts as _texts
 from .families import DecoderParts
 from .pooling import POOLINGS, Pooling, pool
 
@@ -40,17 +42,16 @@ class _EncodeOptions:
 
     def check(self) -> None:
         if self.pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
+            raise ValueError(f"unknown pooling {printable(repr(self.pooling))}; expected one of {', '.join(POOLINGS)}")
         if self.output_value not in ("sentence_embedding", "token_embeddings"):
             raise ValueError(
-                f"output_value must be 'sentence_embedding' or 'token_embeddings', got {self.output_value!r}"
+                "output_value must be 'sentence_embedding' or 'token_embeddings', "
+                f"got {printable(repr(self.output_value))}"
             )
         if self.padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
-            raise ValueError(f"max_length must be a positive integer, got {self.max_length!r}")
+            raise ValueError(f"padding_side must be 'right' or 'left', got {printable(repr(self.padding_side))}")
+        positive_int(self.batch_size, "batch_size")
+        positive_int(self.max_length, "max_length")
 
     def convert(self, rows: list[torch.Tensor], single: bool, tokens: bool, width: int) -> Any:
         if tokens:
@@ -439,8 +440,14 @@ class EncoderFromDecoder(nn.Module):
         do not depend on the batch size, the padding side or the other texts in a batch (to about
         1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
 
+        A text without tokens (``""``, or only characters the tokenizer drops) gets a zero vector, also
+        with ``normalize_embeddings=True`` (and a ``(0, D)`` array of token embeddings); each call that
+        meets such texts emits one ``UserWarning`` saying how many there were and the first few indices.
+        Texts longer than ``max_length`` lose their last tokens, and each call that cuts any emits one
+        ``UserWarning`` saying how many.
+
         Args:
-            sentences: one text or a list of texts.
+            sentences: one text, or a list (tuple, numpy array, ...) of texts.
             instruction: a prompt to put before every text, e.g. ``"Instruct: ...\\nQuery: "``.
             pooling: ``mean`` (default), ``weighted_mean``, ``last`` or ``first``.
             batch_size: texts per forward pass.
@@ -451,12 +458,15 @@ class EncoderFromDecoder(nn.Module):
             convert_to_tensor: return torch rather than numpy (wins over ``convert_to_numpy``): one
                 stacked tensor of sentence embeddings, or a list of tensors of token embeddings.
             normalize_embeddings: L2-normalise sentence embeddings.
-            max_length: at most this many tokens per input; longer texts are truncated.
+            max_length: at most this many tokens per input, the sink token and the instruction
+                included; longer texts are truncated (with a warning).
             padding_side: ``right`` (default) or ``left``; the result is the same.
 
         Raises:
-            ValueError: for a missing tokenizer, bad arguments, or an instruction that leaves
-                no room for text within ``max_length``.
+            TypeError: if ``sentences`` is neither a string nor an iterable of strings (``None``, bytes).
+            ValueError: for a missing tokenizer, bad arguments, an item of ``sentences`` that is not a
+                string, or an instruction that leaves a text no room within ``max_length`` (the
+                instruction is counted as tokenized together with each text).
         """
         return self.encode_specs(
             [self.spec],
@@ -496,8 +506,14 @@ class EncoderFromDecoder(nn.Module):
 
         Raises:
             SpecError: if a spec does not fit this decoder.
+            TypeError: if ``specs`` is one spec rather than a list of them, or as for :meth:`encode`.
             ValueError: as for :meth:`encode`.
         """
+        if isinstance(specs, (str, Spec)):
+            raise TypeError(
+                f"specs must be a list of specs, got one {type(specs).__name__} ({printable(str(specs))!r}): "
+                "write encode_specs([spec], ...), or use encode() for the encoder's own spec"
+            )
         if not specs:
             raise ValueError("encode_specs() needs at least one spec")
         opts = _EncodeOptions(**kwargs)
@@ -505,98 +521,41 @@ class EncoderFromDecoder(nn.Module):
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()
         names = [str(self._plan_of(spec).spec) for spec in specs]
-        single = isinstance(sentences, str)
-        texts = [sentences] if single else list(sentences)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ValueError(f"sentences[{i}] is a {type(text).__name__}, not a string")
-
-        sink = self.sink_ids()
-        room = opts.max_length - len(sink) - (len(self._tokenize(instruction)) if instruction else 0)
-        if room < 1:
-            raise ValueError(
-                f"the sink token and instruction take {opts.max_length - room} tokens, leaving no room for text "
-                f"within max_length={opts.max_length}"
-            )
-        inputs = []
-        for text in texts:
-            head, body = self._split(instruction, text)
-            inputs.append((sink + head, body[: opts.max_length - len(sink) - len(head)]))
-        order = sorted(range(len(texts)), key=lambda i: -(len(inputs[i][0]) + len(inputs[i][1])))
-        n_batches = -(-len(texts) // opts.batch_size)
-        show = n_batches > 8 if opts.show_progress_bar is None else opts.show_progress_bar
+        texts, single = _texts.check_texts(sentences)
+        tokens = _texts.tokenize(self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length)
+        _texts.warn_about(tokens, opts.max_length)
+        groups = _texts.batches(tokens.lengths, opts.batch_size)
+        show = len(groups) > 8 if opts.show_progress_bar is None else opts.show_progress_bar
+        pad_id = _texts.pad_id(self.tokenizer)
         results: dict[str, list[Any]] = {name: [None] * len(texts) for name in names}
-        tokens = opts.output_value == "token_embeddings"
+        token_output = opts.output_value == "token_embeddings"
         with torch.inference_mode():
-            starts = range(0, len(texts), opts.batch_size)
-            for start in tqdm(starts, desc="encode", disable=not show, unit="batch"):
-                idx = order[start : start + opts.batch_size]
-                ids, attn, text_mask = self._pad([inputs[i] for i in idx], opts.padding_side)
+            for idx in tqdm(groups, desc="encode", disable=not show, unit="batch"):
+                ids, attn, text_mask = _texts.pad(tokens, idx, pad_id, opts.padding_side)
                 for name, hidden in self.forward_specs(ids, attn, names).items():
                     text_mask = text_mask.to(hidden.device)
-                    if tokens:
+                    if token_output:
                         rows = [hidden[row][text_mask[row]].float().cpu() for row in range(len(idx))]
                     else:
                         vectors = pool(hidden, text_mask, opts.pooling).float()
                         if opts.normalize_embeddings:
-                            vectors = torch.nn.functional.normalize(vectors, dim=-1)
+                            vectors = torch.nn.functional.normalize(vectors, dim=-1)  # a zero vector stays zero
                         rows = list(vectors.cpu())
                     for row, i in enumerate(idx):
                         results[name][i] = rows[row]
         return {
-            name: opts.convert(rows, single, tokens, self.parts.config.hidden_size) for name, rows in results.items()
+            name: opts.convert(rows, single, token_output, self.parts.config.hidden_size)
+            for name, rows in results.items()
         }
 
     def sink_ids(self) -> list[int]:
-        """The token ids put before every instruction and text (see ``sink_token``)."""
-        tok = self.tokenizer
-        if self.sink_token == "none":
-            return []
-        if self.sink_token != "auto":
-            ids = tok.convert_tokens_to_ids([self.sink_token])
-            if not ids or ids[0] is None or ids[0] == tok.unk_token_id:
-                raise ValueError(f"sink_token {self.sink_token!r} is not a token of this tokenizer")
-            return ids
-        if tok.bos_token_id is None:
-            return []
-        return [tok.bos_token_id]
+        """The token ids put before every instruction and text (see ``sink_token``).
 
-    def _split(self, instruction: str | None, text: str) -> tuple[list[int], list[int]]:
-        """Token ids of ``instruction + text``, split where the text starts.
-
-        The two are tokenized together, as the model reads them (apart, a prompt ending in a space
-        would leave a lone space token). A token that reaches into the text counts as text.
+        Raises:
+            TypeError: if ``sink_token`` is not a string.
+            ValueError: if ``sink_token`` names no token of the tokenizer.
         """
-        if not instruction:
-            return [], self._tokenize(text)
-        if not getattr(self.tokenizer, "is_fast", False):  # no offsets: tokenize the parts apart
-            return self._tokenize(instruction), self._tokenize(text)
-        enc = self.tokenizer(instruction + text, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
-        cut = sum(1 for _, end in offsets if end <= len(instruction))
-        return ids[:cut], ids[cut:]
-
-    def _tokenize(self, text: str) -> list[int]:
-        # No special tokens: the sink token is added once, by sink_ids(), whatever the tokenizer's habits.
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def _pad(
-        self, rows: list[tuple[list[int], list[int]]], side: str
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = max(1, max(len(p) + len(t) for p, t in rows))  # an all-empty batch still has one (padding) column
-        pad_id = self.tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        text = torch.zeros((len(rows), width), dtype=torch.bool)
-        for r, (prefix, body) in enumerate(rows):
-            n = len(prefix) + len(body)
-            start = 0 if side == "right" else width - n
-            ids[r, start : start + n] = torch.tensor(prefix + body, dtype=torch.long)
-            attn[r, start : start + n] = 1
-            text[r, start + len(prefix) : start + n] = True
-        return ids, attn, text
+        return _texts.sink_ids(self.tokenizer, self.sink_token)
 
     def extra_repr(self) -> str:
         return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"
