@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import as_spec
+from nosink.models.texts import batches, first_tokens, join_words, pad, pad_id, tokenize
 
 __all__ = [
     "NERConfig",
@@ -141,17 +142,6 @@ def load_conll(source: str | Path, split: str) -> list[Sentence]:
     return [Sentence(tuple(r["tokens"]), tuple(names[t] for t in r["ner_tags"])) for r in data]
 
 
-def _word_token_index(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int | None]:
-    """For each word span, the index of the first token overlapping it (None if none survived truncation)."""
-    first: list[int | None] = []
-    t = 0
-    for start, end in spans:
-        while t < len(offsets) and offsets[t][1] <= start:
-            t += 1
-        first.append(t if t < len(offsets) and offsets[t][0] < end else None)
-    return first
-
-
 def word_features(
     encoder: EncoderFromDecoder,
     sentences: Sequence[Sentence],
@@ -172,40 +162,24 @@ def word_features(
     if tok is None or not getattr(tok, "is_fast", False):
         raise ValueError("the NER probe needs a fast tokenizer (character offsets) on the encoder")
     sink = encoder.sink_ids()
-    budget = config.max_length - len(sink)
-    if budget < 1:
+    if config.max_length - len(sink) < 1:
         raise ValueError(f"max_length={config.max_length} leaves no room for words after {len(sink)} sink token(s)")
-    rows: list[list[int]] = []
-    firsts: list[list[int | None]] = []
-    for s in sentences:
-        text, spans, pos = "", [], 0
-        for i, word in enumerate(s.words):
-            if i:
-                text += " "
-                pos += 1
-            spans.append((pos, pos + len(word)))
-            text += word
-            pos += len(word)
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        ids, offsets = enc["input_ids"][:budget], enc["offset_mapping"][:budget]
-        rows.append(sink + list(ids))
-        firsts.append([None if f is None else f + len(sink) for f in _word_token_index(offsets, spans)])
+    joined = [join_words(s.words) for s in sentences]
+    tokens = tokenize(tok, [text for text, _ in joined], sink=sink, max_length=config.max_length)
+    assert tokens.offsets is not None  # a fast tokenizer gives offsets
+    firsts = [
+        [None if f is None else f + len(sink) for f in first_tokens(offsets, spans)]
+        for offsets, (_, spans) in zip(tokens.offsets, joined, strict=True)
+    ]
 
     # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
     names = [str(as_spec(spec)) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
-    feats: dict[str, list[torch.Tensor]] = {n: [None] * len(rows) for n in names}  # type: ignore[list-item]
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    bs = config.extract_batch_size
+    feats: dict[str, list[torch.Tensor]] = {n: [None] * len(sentences) for n in names}  # type: ignore[list-item]
+    pad_value = pad_id(tok)
+    groups = batches(tokens.lengths, config.extract_batch_size)
     with torch.inference_mode():
-        for start in tqdm(range(0, len(order), bs), desc="NER features", disable=not show_progress_bar, unit="batch"):
-            idx = order[start : start + bs]
-            width = max(1, max(len(rows[i]) for i in idx))
-            ids = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for r, i in enumerate(idx):
-                ids[r, : len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
-                mask[r, : len(rows[i])] = 1
+        for idx in tqdm(groups, desc="NER features", disable=not show_progress_bar, unit="batch"):
+            ids, mask, _ = pad(tokens, idx, pad_value)  # right padding: word indices count from the row's start
             for name, hidden in encoder.forward_specs(ids, mask, names).items():
                 hidden = hidden.float().cpu()
                 for r, i in enumerate(idx):

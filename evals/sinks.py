@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from nosink import EncoderFromDecoder, Spec, presets
+from nosink.models.texts import check_texts, tokenize
 
 __all__ = [
     "LayerSinks",
@@ -58,13 +59,14 @@ class LayerSinks:
         return out
 
 
-def _batch(encoder: EncoderFromDecoder, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
+def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
+    texts, _ = check_texts(texts, "texts")
     if not texts:
         raise ValueError("attention diagnostics need at least one text")
     if encoder.tokenizer is None:
         raise ValueError("attention diagnostics need the encoder's tokenizer")
-    sink = encoder.sink_ids()
-    rows = [sink + list(encoder.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    tokens = tokenize(encoder.tokenizer, texts, sink=encoder.sink_ids())
+    rows = [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
     length = min(max_tokens, *(len(r) for r in rows))
     if length < 2:
         raise ValueError("each text needs at least two tokens (with the sink token) for attention maps")

@@ -114,6 +114,7 @@ def test_encode_rejects_non_strings_and_needs_a_tokenizer():
 sentences = st.lists(st.lists(st.sampled_from(WORDS), min_size=0, max_size=7).map(" ".join), min_size=1, max_size=5)
 
 
+@pytest.mark.filterwarnings(r"ignore:encode\(\). .* no tokens:UserWarning")  # generated texts may be empty
 @settings(max_examples=25, deadline=None)
 @given(
     specs_with_depth(), sentences, st.integers(1, 4), st.sampled_from(["right", "left"]),

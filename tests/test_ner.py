@@ -7,7 +7,7 @@ from seqeval.metrics import f1_score
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
-from nosink.evals.ner import NERConfig, Sentence, _word_token_index, evaluate_ner, read_conll_lines
+from nosink.evals.ner import NERConfig, Sentence, evaluate_ner, read_conll_lines
 
 pytest.importorskip("seqeval")  # the eval extra
 
@@ -49,12 +49,6 @@ def test_conll_reader():
     assert read_conll_lines(lines) == [Sentence(("EU", "rejects"), ("B-ORG", "O")), Sentence(("Peter",), ("B-PER",))]
     with pytest.raises(ValueError, match=r"line 1: expected 'WORD \.\.\. TAG'"):
         read_conll_lines(["lonely"])
-
-
-def test_first_subtoken_of_each_word():
-    # "EU rejects" tokenized as [EU][ rej][ects]: words start at tokens 0 and 1
-    assert _word_token_index([(0, 2), (2, 6), (6, 10)], [(0, 2), (3, 10)]) == [0, 1]
-    assert _word_token_index([(0, 2)], [(0, 2), (3, 10)]) == [0, None]  # the second word was cut off
 
 
 def test_probe_learns_a_learnable_task_and_not_shuffled_labels(encoder):

@@ -47,9 +47,16 @@ def test_mask0_bidir_changes_the_output_and_stays_finite(smollm2):
     assert converted.decoder is smollm2.decoder  # one set of weights for both
 
 
-def test_instruction_and_text_are_tokenized_together(smollm2):
-    # Apart, "Query: " would end in a lone space token and the text would start with "A" rather than " A".
-    head, body = smollm2._split("Instruct: Retrieve semantically similar text.\nQuery: ", "A man is playing")
+def test_a_tight_max_length_counts_the_instruction_as_read_with_the_text(smollm2):
+    # Issue 10: alone, "Query: \n" is 3 tokens; before "hello" it is 4 ("Query", ":", " ", "\n"). With the sink
+    # token that fills max_length=5, and the text used to get no token at all (an all-zero vector, silently).
+    with pytest.raises(ValueError, match=r"take 5 tokens before text 0 .* max_length=5 .* raise max_length"):
+        smollm2.encode(["hello world again"], instruction="Query: \n", max_length=5)
+    with pytest.warns(UserWarning, match="1 of 1 texts was cut to max_length=6"):
+        got = smollm2.encode(["hello world again"], instruction="Query: \n", max_length=6)
     tok = smollm2.tokenizer
-    assert tok.convert_ids_to_tokens(body)[:2] == ["ĠA", "Ġman"]
-    assert tok.decode(head).endswith("Query:")
+    ids = [tok.bos_token_id, *tok("Query: \nhello", add_special_tokens=False)["input_ids"]]
+    assert len(ids) == 6
+    with torch.no_grad():
+        hidden = smollm2(torch.tensor([ids])).last_hidden_state[0]
+    np.testing.assert_allclose(got[0], hidden[-1].numpy(), atol=1e-5)  # the one text token that fits, pooled

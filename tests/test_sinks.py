@@ -123,3 +123,11 @@ def test_positions_must_be_positive():
     encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
     with pytest.raises(ValueError, match="positions must be at least 1"):
         sink_profile(encoder, TEXTS, positions=0)
+
+
+def test_one_string_is_one_text():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
+    (_, alone), *_ = attention_maps(encoder, "the cat sat on the mat")
+    (_, listed), *_ = attention_maps(encoder, ["the cat sat on the mat"])
+    assert alone.shape == (7, 7)  # the sink token and six words, not one text per character
+    np.testing.assert_array_equal(alone, listed)
