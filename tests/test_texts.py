@@ -231,18 +231,20 @@ def test_the_instruction_is_counted_with_each_text():
     np.testing.assert_allclose(got, encode_quietly(encoder, ["the"], instruction="what is "), atol=1e-6)
 
 
-def test_bad_sentences_and_specs_are_refused_with_the_fix():
-    encoder = make()
-    with pytest.raises(TypeError, match="sentences must be a string or a list of strings, got NoneType"):
-        encoder.encode(None)
-    with pytest.raises(TypeError, match=r"got bytes: decode it first, e\.g\. data\.decode\('utf-8'\)"):
-        encoder.encode(b"the cat")
-    with pytest.raises(TypeError, match=r"specs must be a list of specs, got one str \('F\*'\): write encode_specs"):
-        encoder.encode_specs("F*", ["the cat"])
-    with pytest.raises(TypeError, match="specs must be a list of specs, got one Spec"):
-        encoder.encode_specs(parse_spec("F*"), ["the cat"])
-    with pytest.raises(TypeError, match="instruction must be a string or None"):
-        encoder.encode(["the cat"], instruction=["what"])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda e: e.encode(None), "sentences must be a string or a list of strings, got NoneType"),
+        (lambda e: e.encode(b"the cat"), r"got bytes: decode it first, e\.g\. data\.decode\('utf-8'\)"),
+        (lambda e: e.encode_specs("F*", ["the cat"]), r"specs must be a list of specs, got one str \('F\*'\): write"),
+        (lambda e: e.encode_specs(parse_spec("F*"), ["the cat"]), "specs must be a list of specs, got one Spec"),
+        (lambda e: e.encode(["the cat"], instruction=["what"]), "instruction must be a string or None, got list"),
+    ],
+    ids=["None", "bytes", "spec string", "Spec", "instruction list"],
+)
+def test_bad_sentences_and_specs_are_refused_with_the_fix(call, message):
+    with pytest.raises(TypeError, match=message):
+        call(make())
 
 
 def test_numpy_arrays_and_tuples_of_strings_still_work():
