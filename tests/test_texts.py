@@ -5,6 +5,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
@@ -293,3 +295,39 @@ def test_every_input_fits_max_length_or_is_refused(smollm2_tokenizer, instructio
         assert got.prefix_ids[i] == whole.prefix_ids[i]  # the prefix is never cut into
         assert whole.text_ids[i][: len(got.text_ids[i])] == got.text_ids[i]  # the text keeps its first tokens
         assert (len(got.text_ids[i]) < len(whole.text_ids[i])) == (i in got.truncated)
+
+
+# ---------------------------------------------------------------- fuzzed texts
+
+any_text = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(any_text, max_size=4), st.one_of(st.none(), any_text), st.integers(1, 24))
+def test_fuzzed_texts_split_without_losing_a_token(smollm2_tokenizer, texts, instruction, max_length):
+    tok = smollm2_tokenizer
+    try:
+        got = tokenize(tok, texts, instruction, sink=[1], max_length=max_length)
+    except ValueError as err:
+        assert "leaving no room for text" in str(err)
+        return
+    whole = tokenize(tok, texts, instruction, sink=[1])
+    for i, text in enumerate(texts):
+        joint = tok((instruction or "") + text, add_special_tokens=False)["input_ids"]
+        assert whole.prefix_ids[i] + whole.text_ids[i] == [1, *joint]  # the split loses and adds nothing
+        assert got.lengths[i] <= max_length
+        assert got.text_ids[i] == whole.text_ids[i][: len(got.text_ids[i])]
+        assert (i in got.truncated) == (len(got.text_ids[i]) < len(whole.text_ids[i]))
+        assert all(0 <= a <= b <= len(text) for a, b in got.offsets[i])
+
+
+@pytest.mark.filterwarnings(r"ignore:encode\(\). .*:UserWarning")
+@settings(max_examples=20, deadline=None)
+@given(st.lists(any_text, min_size=1, max_size=4), st.integers(2, 8), st.booleans())
+def test_fuzzed_texts_encode_to_finite_vectors_zero_exactly_when_empty(texts, max_length, normalize):
+    encoder = make()
+    out = encoder.encode(texts, max_length=max_length, normalize_embeddings=normalize)
+    empty = set(tokenize(encoder.tokenizer, texts).empty)
+    assert out.shape == (len(texts), 32) and np.isfinite(out).all()
+    for i in range(len(texts)):
+        assert (np.abs(out[i]).max() == 0) == (i in empty)
