@@ -316,14 +316,32 @@ def load_model(
     return model.eval()
 
 
+# Files whose presence in a local folder says that it has a tokenizer, which must then load.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
-    """The tokenizer saved with the model, or ``None`` (logged) when there is none."""
+    """The tokenizer saved with the model, or ``None`` (logged) when there is none.
+
+    Raises:
+        OSError: if a local folder has tokenizer files that do not load (truncated, not JSON, ...).
+    """
     from transformers import AutoTokenizer
 
+    folder = local_folder(name_or_path)
+    source = str(folder) if folder is not None else os.fspath(name_or_path)
+    present = [name for name in _TOKENIZER_FILES if folder is not None and (folder / name).is_file()]
     try:
-        return AutoTokenizer.from_pretrained(_source(name_or_path), **_keep(hf_kwargs, _CONFIG_KWARGS))
-    except (OSError, ValueError) as err:
-        logger.warning("no tokenizer loaded from %s (%s); encode() will need one", name_or_path, err)
+        return AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    except Exception as err:  # the tokenizers library raises plain Exception for a damaged tokenizer.json
+        if present:
+            raise OSError(
+                f"the tokenizer in {printable(source)} ({', '.join(present)}) does not load: "
+                f"{printable(str(err))}; re-save or re-download it"
+            ) from None
+        if not isinstance(err, (OSError, ValueError)):
+            raise
+        logger.warning("no tokenizer loaded from %s (%s); encode() will need one", printable(source), err)
         return None
 
 

@@ -200,6 +200,14 @@ def test_truncated_weights_in_a_plain_folder_are_a_clear_error(tmp_path):
         EncoderFromDecoder.from_pretrained(tmp_path, spec="F*")
 
 
+def test_a_damaged_tokenizer_is_a_clear_error_not_a_missing_one(tmp_path):
+    _old().save_pretrained(tmp_path)
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text()[:50])
+    with pytest.raises(OSError, match=r"the tokenizer in .* \(tokenizer\.json, tokenizer_config\.json\) does not load"):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
 class _Payload:
     def __init__(self, marker):
         self.marker = marker
