@@ -253,11 +253,21 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
     ``subfolder`` are ignored.
 
     Raises:
-        OSError: if there is no such local folder or hub model.
+        OSError: if there is no such local folder or hub model (saying which of the two the name was read as).
     """
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(_source(name_or_path), **_keep(hf_kwargs, _CONFIG_KWARGS))
+    folder = local_folder(name_or_path)
+    if folder is not None:
+        return AutoConfig.from_pretrained(str(folder), **_keep(hf_kwargs, _CONFIG_KWARGS))
+    name = os.fspath(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(name, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    except (OSError, ValueError) as err:  # ValueError: huggingface_hub's check of the id's form
+        raise OSError(
+            f"{printable(name)} is not a local folder, and as a hub model id it could not be loaded: "
+            f"{printable(str(err))}"
+        ) from None
 
 
 # Keys a bare decoder does not use when loaded from a checkpoint with a head.

@@ -4,6 +4,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -184,6 +185,13 @@ def test_a_hub_id_without_a_spec_says_it_was_read_as_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"someone/model \(no local folder of that name: read as a hub model id\)"):
         EncoderFromDecoder.from_pretrained("someone/model")
+
+
+@pytest.mark.parametrize("name", ["missing_dir", "someone/model", "bad name!"])
+def test_a_name_that_is_neither_a_folder_nor_a_reachable_hub_model_says_both(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # the hub is offline in tests (conftest)
+    with pytest.raises(OSError, match=f"{re.escape(name)} is not a local folder, and as a hub model id it could not"):
+        EncoderFromDecoder.from_pretrained(name, spec="F*")
 
 
 def test_a_file_is_not_a_model_folder(tmp_path):
