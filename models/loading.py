@@ -60,20 +60,23 @@ FORMAT = 1  # version of the nosink.json layout
 def local_folder(name_or_path: str | os.PathLike[str]) -> Path | None:
     """The local folder ``name_or_path`` names (``~`` expanded), or ``None`` for a hub model id.
 
+    A :class:`~pathlib.Path` is always local; a string is local if it names an existing folder or looks
+    like a path (starts with ``.``, ``/`` or ``~``, or has more than one ``/``).
+
     Raises:
-        OSError: if the name looks like a path (starts with ``.``, ``/`` or ``~``, or has more than one
-            ``/``) but no such folder exists, or if it names a file.
+        FileNotFoundError: if a local name has no folder.
+        NotADirectoryError: if it names a file.
     """
     text = os.fspath(name_or_path)
     path = Path(os.path.expanduser(text))
     if path.is_dir():
         return path
-    if path.exists():
-        raise OSError(f"{printable(text)} is a file, not a model folder")
     looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or (os.sep != "/" and os.sep in text)
-    if looks_local or not isinstance(name_or_path, str):
-        raise OSError(f"no model folder at {printable(text)}: the folder does not exist")
-    return None
+    if not looks_local and isinstance(name_or_path, str):
+        return None  # a hub id (a stray file of that name does not hide it, as in transformers)
+    if path.exists():
+        raise NotADirectoryError(f"{printable(text)} is a file, not a model folder")
+    raise FileNotFoundError(f"no model folder at {printable(text)}: the folder does not exist")
 
 
 # --------------------------------------------------------------------------- the saved-encoder folder

@@ -177,7 +177,7 @@ def test_tilde_is_the_home_folder_when_saving_and_loading(tmp_path, monkeypatch)
 def test_a_missing_folder_is_named_as_missing(tmp_path, monkeypatch, name, spec):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(OSError, match=f"no model folder at {name}: the folder does not exist"):
+    with pytest.raises(FileNotFoundError, match=f"no model folder at {name}: the folder does not exist"):
         EncoderFromDecoder.from_pretrained(name, spec=spec)
 
 
@@ -194,10 +194,13 @@ def test_a_name_that_is_neither_a_folder_nor_a_reachable_hub_model_says_both(tmp
         EncoderFromDecoder.from_pretrained(name, spec="F*")
 
 
-def test_a_file_is_not_a_model_folder(tmp_path):
+def test_a_file_is_not_a_model_folder(tmp_path, monkeypatch):
     (tmp_path / "weights.bin").write_bytes(b"x")
-    with pytest.raises(OSError, match=r"weights\.bin is a file, not a model folder"):
+    with pytest.raises(NotADirectoryError, match=r"weights\.bin is a file, not a model folder"):
         EncoderFromDecoder.from_pretrained(tmp_path / "weights.bin", spec="F*")
+    monkeypatch.chdir(tmp_path)  # a stray file does not hide the hub id of the same name (as in transformers)
+    with pytest.raises(OSError, match=r"weights\.bin is not a local folder, and as a hub model id"):
+        EncoderFromDecoder.from_pretrained("weights.bin", spec="F*")
 
 
 def test_truncated_weights_in_a_plain_folder_are_a_clear_error(tmp_path):
