@@ -152,6 +152,17 @@ def test_a_save_refuses_to_replace_a_folder_it_did_not_write(tmp_path):
     _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / "empty"), _new())
 
 
+def test_a_save_through_a_link_replaces_the_folder_it_points_to(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    _old().save_pretrained(real)
+    link.symlink_to(real, target_is_directory=True)
+    new = _new()
+    new.save_pretrained(link)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    _assert_same(EncoderFromDecoder.from_pretrained(real), new)
+    assert _others(real) == ["link"]
+
+
 def test_a_saved_folder_gets_the_usual_permissions(tmp_path):
     _new().save_pretrained(tmp_path / "enc")
     umask = os.umask(0)
