@@ -19,6 +19,7 @@ from nosink.layerspec.masks import relative_positions
 
 from . import texts as _texts
 from .families import DecoderParts
+from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
 
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
@@ -124,6 +125,7 @@ class EncoderFromDecoder(nn.Module):
     Raises:
         SpecError: if the spec is malformed or does not fit the decoder's depth.
         UnsupportedModelError: for an unsupported family or attention backend.
+        ValueError: if ``sink_token`` is not a non-empty string.
     """
 
     def __init__(
@@ -142,7 +144,7 @@ class EncoderFromDecoder(nn.Module):
         self.spec = as_spec(spec)
         self.plan = self.spec.resolve(self.parts.depth)
         self.tokenizer = tokenizer
-        self.sink_token = sink_token
+        self.sink_token = check_sink_token(sink_token)
         self.eval()
 
     @property
@@ -192,7 +194,8 @@ class EncoderFromDecoder(nn.Module):
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
 
         Args:
-            name_or_path: a hub model id, a local transformers folder, or a saved encoder folder.
+            name_or_path: a hub model id, a local transformers folder, or a saved encoder folder
+                (``~`` is expanded). A name that looks like a path (``./x``, ``/x``, ``~/x``) must exist.
             spec: the layer spec; required unless loading a saved encoder (whose spec it replaces).
             dtype: weights' dtype (``torch.bfloat16``, ``"float32"``, ...); the checkpoint's by default.
             device: where to put the model.
@@ -201,34 +204,53 @@ class EncoderFromDecoder(nn.Module):
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
-            ValueError: if no spec is given for a plain decoder.
-            OSError: if the folder does not exist, or a saved folder's files are missing, corrupted or
-                do not match its config.
+            ValueError: if no spec is given for a plain decoder, or for a bad ``dtype`` or ``sink_token``.
+            OSError: if the folder does not exist, or its files (``nosink.json``, weights) are missing,
+                corrupted, refused (pickle) or do not match its config.
             SpecError: if the spec is malformed or does not fit the model (raised before any weights load).
-            UnsupportedModelError: for an unsupported family (also before any weights load).
+            UnsupportedModelError: for an unsupported family or attention backend (also before any weights load).
         """
-        from .families import family_of
-        from .saving import check_saved, load_config, load_model, load_tokenizer, read_saved
+        from .families import check_attention, family_of
+        from .loading import (
+            check_dtype,
+            check_saved,
+            check_weights,
+            load_config,
+            load_model,
+            load_tokenizer,
+            local_folder,
+            read_saved,
+        )
 
-        # Everything that can be checked without weights is checked first: the spec, the family, the depth.
-        saved = read_saved(name_or_path)
+        # Everything that can be checked without weights is checked first: the arguments, that the folder
+        # exists, the spec, the family, the depth, the weight files.
+        check_attention(attn_implementation)
+        check_dtype(dtype)
+        if sink_token is not None:
+            check_sink_token(sink_token)
+        folder = local_folder(name_or_path)
+        source = str(folder) if folder is not None else str(name_or_path)
+        saved = read_saved(folder) if folder is not None else None
         if spec is None:
             if saved is None:
+                hub = "" if folder is not None else " (no local folder of that name: read as a hub model id)"
                 raise ValueError(
-                    f"{name_or_path} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
+                    f"{printable(source)}{hub} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
                     "or spec=nosink.presets.mask0_bidir(k=4)"
                 )
             spec = saved["spec"]
         spec = as_spec(spec)
-        config = load_config(name_or_path, **hf_kwargs)
+        config = load_config(source, **hf_kwargs)
         family_of(config)
         spec.resolve(config.num_hidden_layers)
         if saved is not None:
-            check_saved(Path(name_or_path), saved, config)
+            check_saved(folder, saved, config)
+        elif folder is not None:
+            check_weights(folder)
         decoder = load_model(
-            name_or_path, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
+            source, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
         )
-        tokenizer = load_tokenizer(name_or_path, **hf_kwargs)
+        tokenizer = load_tokenizer(source, **hf_kwargs)
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
         encoder = cls(decoder, spec, tokenizer, sink_token=sink_token)
@@ -238,10 +260,16 @@ class EncoderFromDecoder(nn.Module):
         """Write the spec, the decoder's weights (safetensors), its config and the tokenizer.
 
         :meth:`from_pretrained` on the folder rebuilds the same encoder without the original model.
-        """
-        from .saving import save_encoder
+        ``~`` is expanded. An existing saved-encoder folder is replaced whole: the new folder is written
+        beside it and swapped in, so a failure part-way leaves the old encoder intact, and files of the
+        old one (a tokenizer the new encoder lacks) do not survive.
 
-        save_encoder(self, Path(directory), {"spec": str(self.spec), "sink_token": self.sink_token})
+        Raises:
+            FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder.
+        """
+        from .loading import save_encoder
+
+        save_encoder(self, directory, {"spec": str(self.spec), "sink_token": self.sink_token})
 
     # ------------------------------------------------------------------ the layer loop
 

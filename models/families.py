@@ -27,6 +27,7 @@ __all__ = [
     "Family",
     "UnsupportedModelError",
     "base_model_of",
+    "check_attention",
     "family_of",
     "make_serializable",
 ]
@@ -37,6 +38,20 @@ SUPPORTED_ATTENTION = ("eager", "sdpa")
 
 class UnsupportedModelError(ValueError):
     """The model's family or attention backend cannot run per-layer masks."""
+
+
+def check_attention(name: Any) -> str:
+    """``name`` if it is an attention backend that takes an arbitrary mask per layer.
+
+    Raises:
+        UnsupportedModelError: for any other backend (flash-attention only knows causal or not).
+    """
+    if name not in SUPPORTED_ATTENTION:
+        raise UnsupportedModelError(
+            f"attention implementation {name!r} cannot take an arbitrary mask per layer; "
+            f"load the model with attn_implementation='sdpa' (or 'eager')"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -115,12 +130,7 @@ class DecoderParts:
         self.model = base_model_of(model)
         self.config = self.model.config
         self.family = family_of(self.config)
-        attn = getattr(self.config, "_attn_implementation", None) or "eager"
-        if attn not in SUPPORTED_ATTENTION:
-            raise UnsupportedModelError(
-                f"attention implementation {attn!r} cannot take an arbitrary mask per layer; "
-                f"load the model with attn_implementation='sdpa' (or 'eager')"
-            )
+        check_attention(getattr(self.config, "_attn_implementation", None) or "eager")
         f = self.family
         self.embed_tokens: nn.Module = getattr(self.model, f.embed)
         self.layers: nn.ModuleList = getattr(self.model, f.layers)

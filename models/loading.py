@@ -1,0 +1,387 @@
+"""The one room where nosink meets model files: transformers' loaders and the saved-encoder folder.
+
+Everything that reads a model, config or tokenizer goes through here (no other module calls
+transformers' ``Auto*`` classes), and so does everything that knows the saved-encoder layout: a plain
+transformers folder (``config.json``, safetensors weights, tokenizer files) with a ``nosink.json``
+beside it. Folders are written whole or not at all: :func:`replacing` builds the new folder as a
+hidden sibling and swaps it in, so a reader never sees old and new files mixed.
+
+Paths may start with ``~``. A name that looks like a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) is a
+local folder and must exist; anything else that is not an existing folder is a hub model id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from nosink.layerspec.checks import printable
+
+from .families import make_serializable
+
+if TYPE_CHECKING:
+    from .encoder import EncoderFromDecoder
+
+__all__ = [
+    "FORMAT",
+    "SAVED_FILE",
+    "check_dtype",
+    "check_saved",
+    "check_sink_token",
+    "check_weights",
+    "load_config",
+    "load_model",
+    "load_stock",
+    "load_tokenizer",
+    "local_folder",
+    "read_saved",
+    "replacing",
+    "save_encoder",
+]
+
+logger = logging.getLogger(__name__)
+
+SAVED_FILE = "nosink.json"
+FORMAT = 1  # version of the nosink.json layout
+
+# --------------------------------------------------------------------------- where a name points
+
+
+def local_folder(name_or_path: str | os.PathLike[str]) -> Path | None:
+    """The local folder ``name_or_path`` names (``~`` expanded), or ``None`` for a hub model id.
+
+    A :class:`~pathlib.Path` is always local; a string is local if it names an existing folder or looks
+    like a path (starts with ``.``, ``/`` or ``~``, or has more than one ``/``).
+
+    Raises:
+        FileNotFoundError: if a local name has no folder.
+        NotADirectoryError: if it names a file.
+    """
+    text = os.fspath(name_or_path)
+    path = Path(os.path.expanduser(text))
+    if path.is_dir():
+        return path
+    looks_local = text.startswith((".", "/", "~")) or text.count("/") > 1 or (os.sep != "/" and os.sep in text)
+    if not looks_local and isinstance(name_or_path, str):
+        return None  # a hub id (a stray file of that name does not hide it, as in transformers)
+    if path.exists():
+        raise NotADirectoryError(f"{printable(text)} is a file, not a model folder")
+    raise FileNotFoundError(f"no model folder at {printable(text)}: the folder does not exist")
+
+
+# --------------------------------------------------------------------------- the saved-encoder folder
+
+
+def check_sink_token(value: Any) -> str:
+    """``value`` if it is a valid ``sink_token``: ``"auto"``, ``"none"`` or a token (a non-empty string).
+
+    Raises:
+        ValueError: for anything else, quoting it.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"sink_token must be 'auto', 'none' or a token string, got {printable(repr(value))}")
+    return value
+
+
+def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``nosink.json`` of a folder written by ``save_pretrained``, or ``None`` for anything else.
+
+    Raises:
+        OSError: if the file is not valid JSON, lacks the spec, has a bad ``sink_token``, or has a newer
+            format than this version reads.
+    """
+    file = Path(os.path.expanduser(os.fspath(name_or_path))) / SAVED_FILE
+    if not file.is_file():
+        return None
+    where = printable(str(file))
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        problem = printable(str(err))
+        raise OSError(f"{where} is not valid JSON ({problem}); re-save the encoder with save_pretrained()") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("spec"), str):
+        raise OSError(f"{where} has no 'spec' string; re-save the encoder with save_pretrained()")
+    if meta.get("format") != FORMAT:
+        raise OSError(
+            f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads format "
+            f"{FORMAT}: upgrade nosink or re-save the encoder"
+        )
+    if "sink_token" in meta:
+        try:
+            check_sink_token(meta["sink_token"])
+        except ValueError as err:
+            raise OSError(f"{where}: {err}") from None
+    return meta
+
+
+def check_saved(path: Path, saved: dict[str, Any], config: Any) -> None:
+    """Check a saved folder's metadata against its config, and its weight files' integrity.
+
+    Raises:
+        OSError: for a depth or model type that differs from config.json, or missing or damaged weight files.
+    """
+    for key, have in (("model_type", config.model_type), ("num_hidden_layers", config.num_hidden_layers)):
+        if saved.get(key) not in (None, have):
+            raise OSError(
+                f"{printable(str(path / SAVED_FILE))} says {key} {printable(repr(saved[key]))} "
+                f"but config.json has {have!r}"
+            )
+    if not any(path.glob("*.safetensors")):
+        raise OSError(
+            f"{printable(str(path))} holds no *.safetensors weights; re-save the encoder with save_pretrained()"
+        )
+    check_weights(path)
+
+
+def check_weights(folder: Path) -> None:
+    """Open every tensor of every ``*.safetensors`` file in ``folder``, so damage is an error before loading.
+
+    Raises:
+        OSError: naming the first truncated or unreadable file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt") as f:
+                for key in f.keys():  # reading each tensor catches truncation, not just a bad header
+                    f.get_slice(key)
+        except (SafetensorError, OSError, ValueError) as err:
+            raise OSError(
+                f"{printable(str(file))} is corrupted or truncated ({printable(str(err))}); re-save or re-download it"
+            ) from None
+
+
+def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
+    """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
+
+    The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
+    files, and a failure part-way leaves the previous folder as it was. Returns the folder written.
+
+    Raises:
+        FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder
+            (no ``nosink.json``): nosink never deletes a folder it did not write.
+    """
+    directory = Path(os.path.expanduser(os.fspath(directory)))
+    if directory.is_symlink():
+        directory = directory.resolve()  # replace what the link points to, keep the link
+    if directory.exists():
+        if not directory.is_dir():
+            raise FileExistsError(f"{printable(str(directory))} is a file: save the encoder to a folder")
+        if not (directory / SAVED_FILE).is_file() and any(directory.iterdir()):
+            raise FileExistsError(
+                f"{printable(str(directory))} is not empty and holds no {SAVED_FILE}: refusing to replace a folder "
+                "that is not a saved encoder; save to a new or empty folder"
+            )
+    decoder = encoder.decoder
+    make_serializable(decoder)
+    meta = {"format": FORMAT, **meta, "model_type": decoder.config.model_type, "num_hidden_layers": encoder.parts.depth}
+    with replacing(directory) as partial:
+        decoder.save_pretrained(partial, safe_serialization=True)
+        if encoder.tokenizer is not None:
+            encoder.tokenizer.save_pretrained(partial)
+        (partial / SAVED_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return directory
+
+
+@contextmanager
+def replacing(target: Path) -> Iterator[Path]:
+    """Build a folder that replaces ``target`` whole: yields an empty hidden sibling to fill.
+
+    When the block ends without error the sibling takes ``target``'s place: the old folder is moved
+    aside, the new one renamed in, the old one removed (all on one filesystem, so each move is a
+    rename). If the block or the first rename fails, the sibling is removed and ``target`` is as it was.
+    Between the two renames ``target`` is briefly absent, never a mix of old and new files.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
+    partial.mkdir()  # not tempfile.mkdtemp: its 0700 mode would become the saved folder's
+    try:
+        yield partial
+        _swap_in(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _swap_in(partial: Path, target: Path) -> None:
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.tmp-old-{uuid.uuid4().hex[:12]}")
+        os.rename(target, old)
+    try:
+        os.rename(partial, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old, target)
+        raise
+    if old is not None:
+        try:
+            shutil.rmtree(old)
+        except OSError as err:  # the new folder is in place: the save itself succeeded
+            logger.warning("saved %s, but could not remove the previous folder %s (%s); delete it", target, old, err)
+
+
+# --------------------------------------------------------------------------- transformers' loaders
+
+
+def check_dtype(dtype: torch.dtype | str | None) -> torch.dtype | str | None:
+    """``dtype`` as transformers takes it: a ``torch.dtype``, ``"auto"`` or ``None``.
+
+    Raises:
+        ValueError: for an unknown dtype name.
+    """
+    if isinstance(dtype, str) and dtype != "auto":
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(
+                f"unknown dtype {printable(repr(dtype))}; use e.g. 'float32', 'bfloat16', 'float16' or 'auto'"
+            )
+        return getattr(torch, dtype)
+    return dtype
+
+
+def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
+    """The model's transformers config (cheap: no weights). Keyword arguments other than
+    ``revision``, ``gguf_file``, ``cache_dir``, ``token``, ``trust_remote_code``, ``local_files_only`` and
+    ``subfolder`` are ignored.
+
+    Raises:
+        OSError: if there is no such local folder or hub model (saying which of the two the name was read as).
+    """
+    from transformers import AutoConfig
+
+    folder = local_folder(name_or_path)
+    if folder is not None:
+        return AutoConfig.from_pretrained(str(folder), **_keep(hf_kwargs, _CONFIG_KWARGS))
+    name = os.fspath(name_or_path)
+    try:
+        return AutoConfig.from_pretrained(name, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    except (OSError, ValueError) as err:  # ValueError: huggingface_hub's check of the id's form
+        raise OSError(
+            f"{printable(name)} is not a local folder, and as a hub model id it could not be loaded: "
+            f"{printable(str(err))}"
+        ) from None
+
+
+# Keys a bare decoder does not use when loaded from a checkpoint with a head.
+_HEAD_KEYS = ("lm_head.", "score.", "classifier.")
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    dtype: torch.dtype | str | None,
+    attn_implementation: str,
+    saved: bool,
+    **hf_kwargs: Any,
+) -> torch.nn.Module:
+    """The bare decoder, refusing weights that do not match its config (transformers would only warn).
+
+    Args:
+        name_or_path: hub id or folder.
+        dtype: as for :func:`check_dtype`.
+        attn_implementation: passed to transformers.
+        saved: the folder is a saved encoder (no head weights are expected in it).
+        **hf_kwargs: passed to ``AutoModel.from_pretrained``.
+
+    Raises:
+        OSError: for missing, unexpected, mis-shaped, truncated or unloadable weights, naming the source.
+        ValueError: for an unknown dtype name.
+    """
+    from safetensors import SafetensorError
+    from transformers import AutoModel
+
+    source = _source(name_or_path)
+    where = printable(source)
+    try:
+        model, info = AutoModel.from_pretrained(
+            source, dtype=check_dtype(dtype), attn_implementation=attn_implementation, output_loading_info=True,
+            **hf_kwargs,
+        )  # fmt: skip
+    except SafetensorError as err:
+        problem = printable(str(err))
+        raise OSError(f"weights in {where} are corrupted or truncated ({problem}); re-download them") from None
+    except pickle.UnpicklingError:
+        raise OSError(
+            f"weights in {where} are a pickle file (.bin) that torch refuses to load safely (it would run code "
+            "from the file); use a checkpoint with safetensors weights, or convert a trusted one"
+        ) from None
+    except RuntimeError as err:  # transformers' size-mismatch error
+        raise OSError(f"weights in {where} do not match the model's config: {printable(str(err))}") from None
+    unexpected = [k for k in info.get("unexpected_keys", ()) if saved or not k.startswith(_HEAD_KEYS)]
+    problems = {"missing_keys": info.get("missing_keys"), "mismatched_keys": info.get("mismatched_keys")}
+    problems = {k: v for k, v in problems.items() if v}
+    if unexpected:
+        problems["unexpected_keys"] = unexpected
+    if problems:
+        # transformers would initialise or drop these and carry on: for an encoder that is silently wrong.
+        raise OSError(f"weights in {where} do not match the model's config: {problems}")
+    return model.eval()
+
+
+# Files whose presence in a local folder says that it has a tokenizer, which must then load.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
+    """The tokenizer saved with the model, or ``None`` (logged) when there is none.
+
+    Raises:
+        OSError: if a local folder has tokenizer files that do not load (truncated, not JSON, ...).
+    """
+    from transformers import AutoTokenizer
+
+    folder = local_folder(name_or_path)
+    source = str(folder) if folder is not None else os.fspath(name_or_path)
+    present = [name for name in _TOKENIZER_FILES if folder is not None and (folder / name).is_file()]
+    try:
+        return AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    except Exception as err:  # the tokenizers library raises plain Exception for a damaged tokenizer.json
+        if present:
+            raise OSError(
+                f"the tokenizer in {printable(source)} ({', '.join(present)}) does not load: "
+                f"{printable(str(err))}; re-save or re-download it"
+            ) from None
+        if not isinstance(err, (OSError, ValueError)):
+            raise
+        logger.warning("no tokenizer loaded from %s (%s); encode() will need one", printable(source), err)
+        return None
+
+
+def load_stock(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> tuple[torch.nn.Module, Any]:
+    """A model (``AutoModel``, in eval mode) and its tokenizer as transformers loads them, without nosink's checks.
+
+    For models that are not converted (the encoder baselines) and for GGUF files on their way to safetensors.
+
+    Raises:
+        OSError: if there is no such folder or model.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    source = _source(name_or_path)
+    model = AutoModel.from_pretrained(source, **hf_kwargs).eval()
+    tokenizer = AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    return model, tokenizer
+
+
+_CONFIG_KWARGS = ("revision", "gguf_file", "cache_dir", "token", "trust_remote_code", "local_files_only", "subfolder")
+
+
+def _source(name_or_path: str | os.PathLike[str]) -> str:
+    # What transformers is given: the local folder, ~ expanded, or the hub id as written.
+    folder = local_folder(name_or_path)
+    return str(folder) if folder is not None else os.fspath(name_or_path)
+
+
+def _keep(kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k in names}

