@@ -177,12 +177,26 @@ def test_missing_task_is_skipped_with_reason(local_run):
     assert entry["status"] == "skipped"
     assert "no local copy" in entry["reason"] and "hub" in entry["reason"]
     assert not list((local_run["root"] / "out").rglob("SciFact.json"))
+    assert local_run["summary"]["skipped"] == ["SciFact"]  # not counted with the tasks that ran
 
 
-def test_unknown_task_is_skipped(tmp_path):
-    summary = run_mteb(make_encoder(), ["NoSuchTask"], out_dir=tmp_path)
-    assert summary["tasks"]["NoSuchTask"]["status"] == "skipped"
-    assert "unknown mteb task" in summary["tasks"]["NoSuchTask"]["reason"]
+def test_unknown_task_is_refused_before_any_model_work(tmp_path, monkeypatch):
+    # An unknown name used to be "skipped" while the other tasks ran, and `nosink eval mteb` exited 0.
+    write_data(tmp_path / "data")
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    monkeypatch.setattr(encoder, "encode", spy)
+    with pytest.raises(ValueError, match=r"unknown mteb task 'NoSuchTask'") as err:
+        run_mteb(encoder, ["STSBenchmark", "NoSuchTask", "STSBenchmar"], tmp_path / "data", tmp_path / "out")
+    assert "unknown mteb task 'STSBenchmar' (closest: STSBenchmark" in str(err.value)
+    assert all(name in str(err.value) for name in PAPER_TASKS)  # the paper's tasks are listed
+    assert spy.calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": True}, {"batch_size": 0}, {"max_length": -1}])
+def test_bad_run_settings_are_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a positive integer"):
+        run_mteb(make_encoder(), ["STSBenchmark"], out_dir=tmp_path, **bad)
 
 
 def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
