@@ -12,11 +12,6 @@ into vectors the way the paper does and feeds mteb data it cannot fetch itself. 
 * :mod:`nosink.evals.mteb_run`: :func:`run_mteb`, the run and its summary.
 
 mteb is imported lazily (it is the optional ``eval`` extra), so importing this module is cheap.
-
->>> format_instruction("Retrieve semantically similar text.")
-'Instruct: Retrieve semantically similar text.\\nQuery: '
->>> len(PAPER_TASKS), PAPER_TASKS["STSBenchmark"]
-(14, 'Retrieve semantically similar text.')
 """
 
 from __future__ import annotations

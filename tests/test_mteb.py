@@ -13,13 +13,10 @@ mteb = pytest.importorskip("mteb")
 from scipy.stats import spearmanr  # noqa: E402
 
 from nosink import EncoderFromDecoder, parse_spec  # noqa: E402
-from nosink.evals.mteb_eval import (  # noqa: E402
-    PAPER_TASKS,
-    NosinkMTEBEncoder,
-    SpecSweepCache,
-    format_instruction,
-    run_mteb,
-)
+from nosink.evals import mteb_eval  # noqa: E402
+from nosink.evals.mteb_model import NosinkMTEBEncoder, SpecSweepCache  # noqa: E402
+from nosink.evals.mteb_run import run_mteb  # noqa: E402
+from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction  # noqa: E402
 
 SPEC = "F* | M0B*2"
 STS_PROMPT = "Instruct: Retrieve semantically similar text.\nQuery: "
@@ -87,6 +84,13 @@ class EncodeSpy:
     def for_texts(self, texts):
         texts = set(texts)
         return [c for c in self.calls if texts & set(c["texts"])]
+
+
+def spied_encoder(monkeypatch):
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    monkeypatch.setattr(encoder, "encode", spy)
+    return encoder, spy
 
 
 @pytest.fixture(scope="module")
@@ -183,9 +187,7 @@ def test_missing_task_is_skipped_with_reason(local_run):
 def test_unknown_task_is_refused_before_any_model_work(tmp_path, monkeypatch):
     # An unknown name used to be "skipped" while the other tasks ran, and `nosink eval mteb` exited 0.
     write_data(tmp_path / "data")
-    encoder = make_encoder()
-    spy = EncodeSpy(encoder)
-    monkeypatch.setattr(encoder, "encode", spy)
+    encoder, spy = spied_encoder(monkeypatch)
     with pytest.raises(ValueError, match=r"unknown mteb task 'NoSuchTask'") as err:
         run_mteb(encoder, ["STSBenchmark", "NoSuchTask", "STSBenchmar"], tmp_path / "data", tmp_path / "out")
     assert "unknown mteb task 'STSBenchmar' (closest: STSBenchmark" in str(err.value)
@@ -217,9 +219,7 @@ def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
         }
     }
     task.data_loaded = True
-    encoder = make_encoder()
-    spy = EncodeSpy(encoder)
-    monkeypatch.setattr(encoder, "encode", spy)
+    encoder, spy = spied_encoder(monkeypatch)
     summary = run_mteb(encoder, [task], out_dir=tmp_path)
     entry = summary["tasks"]["SciFact"]
     assert entry["status"] == "ok" and entry["source"] == "preloaded"
@@ -233,9 +233,7 @@ def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
 
 def test_limit_subsamples_every_split_and_is_recorded(tmp_path, monkeypatch):
     write_data(tmp_path / "data")
-    encoder = make_encoder()
-    spy = EncodeSpy(encoder)
-    monkeypatch.setattr(encoder, "encode", spy)
+    encoder, spy = spied_encoder(monkeypatch)
     summary = run_mteb(encoder, ["STSBenchmark", "Banking77Classification"], tmp_path / "data", tmp_path / "out", 5)
     assert summary["limit"] == 5 and "5" in summary["note"]
     assert all(e["status"] == "ok" for e in summary["tasks"].values())
@@ -328,3 +326,14 @@ def test_two_baselines_in_one_folder_do_not_share_results(local_run, tmp_path):
     alone = run_mteb(NosinkMTEBEncoder(other, SPEC), ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "b")
     score = lambda s: s["tasks"]["STSBenchmark"]["scores"]["(encoder)"]  # noqa: E731
     assert score(b) == pytest.approx(score(alone)) and score(b) != pytest.approx(score(a))
+
+
+def test_mteb_eval_is_the_one_import_for_every_piece():
+    import importlib
+
+    parts = [importlib.import_module(f"nosink.evals.mteb_{p}") for p in ("tasks", "data", "model", "subsample", "run")]
+    exported = [name for part in parts for name in part.__all__]
+    assert sorted(mteb_eval.__all__) == sorted(exported)
+    for part in parts:
+        for name in part.__all__:
+            assert getattr(mteb_eval, name) is getattr(part, name), name
