@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nosink.layerspec.checks import printable
+
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
     from mteb import AbsTask
@@ -43,14 +45,18 @@ def _read_stsb(folder: Path) -> DatasetDict:
         if not (folder / file).is_file():
             continue
         s1, s2, scores = [], [], []
-        with (folder / file).open(encoding="utf-8", newline="") as f:
+        with (folder / file).open(encoding="utf-8-sig", newline="") as f:
             for n, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
                 if not row:
                     continue
                 if len(row) < 7:
                     raise ValueError(f"{folder / file}:{n}: expected 7 tab-separated columns, got {len(row)}")
                 # genre, file, year, id, score, sentence1, sentence2 (extra columns are ignored)
-                scores.append(float(row[4]))
+                try:
+                    scores.append(float(row[4]))
+                except ValueError:
+                    score = printable(repr(row[4]))
+                    raise ValueError(f"{folder / file}:{n}: the score {score} is not a number") from None
                 s1.append(row[5])
                 s2.append(row[6])
         splits[split] = Dataset.from_dict({"sentence1": s1, "sentence2": s2, "score": scores})
@@ -62,8 +68,13 @@ def _read_banking77(folder: Path) -> DatasetDict:
 
     data = {}
     for split in ("train", "test"):
-        with (folder / f"{split}.csv").open(encoding="utf-8", newline="") as f:
-            data[split] = [(r["text"], r["category"]) for r in csv.DictReader(f)]
+        path = folder / f"{split}.csv"
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            if not {"text", "category"} <= set(reader.fieldnames or ()):
+                header = printable(repr(reader.fieldnames))
+                raise ValueError(f"{path}: expected a header with text and category, got {header}")
+            data[split] = [(r["text"], r["category"]) for r in reader]
     names_file = folder / "categories.json"
     if names_file.is_file():
         names = json.loads(names_file.read_text(encoding="utf-8"))
@@ -79,7 +90,9 @@ def _read_emotion(folder: Path) -> DatasetDict:
     for split, file in (("train", "train.txt"), ("validation", "val.txt"), ("test", "test.txt")):
         if not (folder / file).is_file():
             continue
-        lines = (folder / file).read_text(encoding="utf-8").splitlines()
+        # Universal newlines only: str.splitlines() would also split a tweet at U+2028, \x85 or a form feed.
+        with (folder / file).open(encoding="utf-8-sig") as f:
+            lines = [line.rstrip("\n") for line in f]
         rows = [tuple(line.rsplit(";", 1)) for line in lines[1:] if line.strip()]  # the first line is a header
         if any(len(r) != 2 for r in rows):
             raise ValueError(f"{folder / file}: every line must be text;label_name")
@@ -108,6 +121,10 @@ def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
     Args:
         task: an mteb task object (not yet loaded).
         data_dir: the folder holding local copies.
+
+    Raises:
+        ValueError: for a plain copy that is not in its format (naming the file, and the line
+            where there is one), or with labels outside the task's label set.
     """
     data_dir = Path(data_dir)
     name = task.metadata.name
