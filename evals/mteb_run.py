@@ -50,7 +50,8 @@ class _Lineup:
 def _nosink_lineup(
     encoder: EncoderFromDecoder, specs: str | Spec | Sequence[str | Spec] | None, **options: Any
 ) -> _Lineup:
-    # A sweep shares its encoding through a cache; one spec (the encoder's own by default) needs none.
+    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. A sweep shares its
+    # encoding through a cache; one spec (the encoder's own by default) needs none.
     cache = (
         SpecSweepCache(encoder, specs, batch_size=options["batch_size"], max_length=options["max_length"])
         if specs
@@ -143,7 +144,7 @@ def run_mteb(
     data_dir: str | Path | None = None,
     out_dir: str | Path = "results/mteb",
     limit: int | None = None,
-    specs: Sequence[str | Spec] | None = None,
+    specs: str | Spec | Sequence[str | Spec] | None = None,
     *,
     instructions: Mapping[str, str] | None = None,
     model_name: str | None = None,
@@ -174,6 +175,7 @@ def run_mteb(
             is recorded in the results' ``experiment_kwargs`` and in the returned summary.
         specs: evaluate each of these specs (sharing work through a
             :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec.
+            Only for an :class:`EncoderFromDecoder`.
         instructions: task name -> instruction; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
         model_name: mteb model name; ``nosink/<model>`` by default.
         revision: model revision recorded by mteb.
@@ -191,7 +193,8 @@ def run_mteb(
 
     Raises:
         ValueError: for an unknown task name (listing mteb's closest names and the paper's tasks),
-            or a ``limit``, ``batch_size`` or ``max_length`` that is not a positive integer.
+            a ``limit``, ``batch_size`` or ``max_length`` that is not a positive integer, or
+            ``specs`` for a model that is not an :class:`EncoderFromDecoder`.
         SpecError: for a spec that does not parse or fit the encoder.
     """
     import mteb
@@ -212,6 +215,8 @@ def run_mteb(
             max_length=max_length,
             experiment_kwargs={"limit": limit} if limit is not None else {},
         )
+    elif specs:
+        raise ValueError(f"specs apply to an EncoderFromDecoder; a {type(encoder).__name__} is evaluated as it is")
     else:
         lineup = _foreign_lineup(encoder, model_name, revision)
     summary: dict[str, Any] = {

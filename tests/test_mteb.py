@@ -317,6 +317,12 @@ def test_any_mteb_ready_model_runs_as_a_baseline(local_run, tmp_path):
     assert sts["scores"]["(encoder)"] == pytest.approx(local_run["summary"]["tasks"]["STSBenchmark"]["scores"][SPEC])
 
 
+def test_specs_are_refused_for_a_model_without_them(tmp_path):
+    baseline = NosinkMTEBEncoder(make_encoder(), SPEC)  # any mteb-ready model that is not an EncoderFromDecoder
+    with pytest.raises(ValueError, match="specs apply to an EncoderFromDecoder; a NosinkMTEBEncoder"):
+        run_mteb(baseline, ["STSBenchmark"], out_dir=tmp_path, specs=["F* | B*2"])
+
+
 def test_two_baselines_in_one_folder_do_not_share_results(local_run, tmp_path):
     # Foreign models can share mteb's folder name; their results must never be reused for each other.
     data = local_run["root"] / "data"
