@@ -102,12 +102,12 @@ def _read_emotion(folder: Path) -> DatasetDict:
     return DatasetDict({split: _labelled(rows, names) for split, rows in data.items()})
 
 
-# Task name -> (folder under data_dir, reader): the plain copies in their original formats.
 LOCAL_FOLDERS: dict[str, tuple[str, Callable[[Path], DatasetDict]]] = {
     "STSBenchmark": ("stsb", _read_stsb),
     "Banking77Classification": ("banking77", _read_banking77),
     "EmotionClassification": ("emotion", _read_emotion),
 }
+"""Task name -> (folder under ``data_dir``, reader): the plain copies in their original formats."""
 
 
 def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:

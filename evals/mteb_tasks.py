@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 STS_INSTRUCTION = "Retrieve semantically similar text."
+"""The one instruction of every STS task (table 3's "STS*")."""
 
 # The paper's MTEB subset and its instructions (appendix B, table 3; the E5-mistral instructions).
 # The paper selects "15 representative tasks ... following BehnamGhader et al. (2024)" (LLM2Vec) but
@@ -59,6 +60,7 @@ PAPER_TASKS: dict[str, str] = {
     "SICK-R": STS_INSTRUCTION,
     "STSBenchmark": STS_INSTRUCTION,
 }
+"""The paper's MTEB tasks -> each one's instruction (plain, without the E5 wrapping)."""
 
 # The English part of the multilingual tasks, as in the paper's (English) subset.
 _PAPER_SUBSETS: dict[str, list[str]] = {"STS17": ["en-en"], "MassiveIntentClassification": ["en"]}
