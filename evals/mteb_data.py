@@ -120,13 +120,13 @@ def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
 
     Args:
         task: an mteb task object (not yet loaded).
-        data_dir: the folder holding local copies.
+        data_dir: the folder holding local copies (``~`` is expanded).
 
     Raises:
         ValueError: for a plain copy that is not in its format (naming the file, and the line
             where there is one), or with labels outside the task's label set.
     """
-    data_dir = Path(data_dir)
+    data_dir = Path(data_dir).expanduser()
     name = task.metadata.name
     hub_copy = data_dir / name
     if hub_copy.is_dir():

@@ -168,7 +168,7 @@ def run_mteb(
             stands for a list of one; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
         data_dir: folder with local copies (see :func:`~nosink.evals.mteb_data.load_local_data`);
             tried before the hub.
-        out_dir: where mteb's result cache goes: ``out_dir/results/<model>/<revision>/
+        out_dir: where mteb's result cache goes (``~`` is expanded): ``out_dir/results/<model>/<revision>/
             experiments/<spec...>/<task>.json`` plus ``model_meta.json``.
         limit: cut every split to at most this many items (rows, pairs, queries; a random,
             seeded subset) for quick runs. Such scores are not comparable to full ones: ``limit``
@@ -204,6 +204,7 @@ def run_mteb(
     positive_int(batch_size, "batch_size")
     positive_int(max_length, "max_length")
     task_list = resolve_tasks(tasks)  # an unknown name fails here, before any model work
+    out_dir = Path(out_dir).expanduser()
     if isinstance(encoder, EncoderFromDecoder):
         lineup = _nosink_lineup(
             encoder,
@@ -225,7 +226,7 @@ def run_mteb(
         "specs": list(lineup.models),
         "limit": limit,
         "note": _note(limit, seed),
-        "out_dir": str(Path(out_dir)),
+        "out_dir": str(out_dir),
         "tasks": {},
     }
     if limit is not None:

@@ -245,6 +245,19 @@ def test_limit_subsamples_every_split_and_is_recorded(tmp_path, monkeypatch):
         assert meta["experiment_kwargs"]["limit"] == 5
 
 
+def test_home_in_paths_is_expanded_and_one_task_name_is_one_task(tmp_path, monkeypatch):
+    write_data(tmp_path / "data")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    summary = run_mteb(make_encoder(), "STSBenchmark", data_dir="~/data", out_dir="~/out", limit=4)
+    assert list(summary["tasks"]) == ["STSBenchmark"] and summary["skipped"] == []
+    assert summary["tasks"]["STSBenchmark"]["source"] == f"local:{tmp_path / 'data' / 'stsb'}"
+    assert summary["out_dir"] == str(tmp_path / "out")
+    assert Path(summary["tasks"]["STSBenchmark"]["files"][SPEC]).is_relative_to(tmp_path / "out")
+    assert list((tmp_path / "cwd").iterdir()) == []  # no literal "~" folder
+
+
 def test_sweep_encodes_each_text_once_for_all_specs(tmp_path, monkeypatch):
     data = write_data(tmp_path / "data")
     specs = ["F* | M0B*2", "F*|B*2"]
