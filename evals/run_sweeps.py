@@ -54,7 +54,7 @@ def mteb_sweep(
         ValueError: for an unknown configuration name.
         RuntimeError: if the task was skipped (no data).
     """
-    from .mteb_eval import run_mteb
+    from .mteb_run import run_mteb
 
     candidates = candidates_for(configs, encoder.depth, ks, k0s)
     out_dir = Path(out_dir)

@@ -13,13 +13,10 @@ mteb = pytest.importorskip("mteb")
 from scipy.stats import spearmanr  # noqa: E402
 
 from nosink import EncoderFromDecoder, parse_spec  # noqa: E402
-from nosink.evals.mteb_eval import (  # noqa: E402
-    PAPER_TASKS,
-    NosinkMTEBEncoder,
-    SpecSweepCache,
-    format_instruction,
-    run_mteb,
-)
+from nosink.evals import mteb_eval  # noqa: E402
+from nosink.evals.mteb_model import NosinkMTEBEncoder, SpecSweepCache  # noqa: E402
+from nosink.evals.mteb_run import run_mteb  # noqa: E402
+from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction  # noqa: E402
 
 SPEC = "F* | M0B*2"
 STS_PROMPT = "Instruct: Retrieve semantically similar text.\nQuery: "
@@ -87,6 +84,13 @@ class EncodeSpy:
     def for_texts(self, texts):
         texts = set(texts)
         return [c for c in self.calls if texts & set(c["texts"])]
+
+
+def spied_encoder(monkeypatch):
+    encoder = make_encoder()
+    spy = EncodeSpy(encoder)
+    monkeypatch.setattr(encoder, "encode", spy)
+    return encoder, spy
 
 
 @pytest.fixture(scope="module")
@@ -177,12 +181,24 @@ def test_missing_task_is_skipped_with_reason(local_run):
     assert entry["status"] == "skipped"
     assert "no local copy" in entry["reason"] and "hub" in entry["reason"]
     assert not list((local_run["root"] / "out").rglob("SciFact.json"))
+    assert local_run["summary"]["skipped"] == ["SciFact"]  # not counted with the tasks that ran
 
 
-def test_unknown_task_is_skipped(tmp_path):
-    summary = run_mteb(make_encoder(), ["NoSuchTask"], out_dir=tmp_path)
-    assert summary["tasks"]["NoSuchTask"]["status"] == "skipped"
-    assert "unknown mteb task" in summary["tasks"]["NoSuchTask"]["reason"]
+def test_unknown_task_is_refused_before_any_model_work(tmp_path, monkeypatch):
+    # An unknown name used to be "skipped" while the other tasks ran, and `nosink eval mteb` exited 0.
+    write_data(tmp_path / "data")
+    encoder, spy = spied_encoder(monkeypatch)
+    with pytest.raises(ValueError, match=r"unknown mteb task 'NoSuchTask'") as err:
+        run_mteb(encoder, ["STSBenchmark", "NoSuchTask", "STSBenchmar"], tmp_path / "data", tmp_path / "out")
+    assert "unknown mteb task 'STSBenchmar' (closest: STSBenchmark" in str(err.value)
+    assert all(name in str(err.value) for name in PAPER_TASKS)  # the paper's tasks are listed
+    assert spy.calls == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad", [{"limit": 0}, {"limit": True}, {"batch_size": 0}, {"max_length": -1}])
+def test_bad_run_settings_are_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match=f"{next(iter(bad))} must be a positive integer"):
+        run_mteb(make_encoder(), ["STSBenchmark"], out_dir=tmp_path, **bad)
 
 
 def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
@@ -203,9 +219,7 @@ def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
         }
     }
     task.data_loaded = True
-    encoder = make_encoder()
-    spy = EncodeSpy(encoder)
-    monkeypatch.setattr(encoder, "encode", spy)
+    encoder, spy = spied_encoder(monkeypatch)
     summary = run_mteb(encoder, [task], out_dir=tmp_path)
     entry = summary["tasks"]["SciFact"]
     assert entry["status"] == "ok" and entry["source"] == "preloaded"
@@ -219,9 +233,7 @@ def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
 
 def test_limit_subsamples_every_split_and_is_recorded(tmp_path, monkeypatch):
     write_data(tmp_path / "data")
-    encoder = make_encoder()
-    spy = EncodeSpy(encoder)
-    monkeypatch.setattr(encoder, "encode", spy)
+    encoder, spy = spied_encoder(monkeypatch)
     summary = run_mteb(encoder, ["STSBenchmark", "Banking77Classification"], tmp_path / "data", tmp_path / "out", 5)
     assert summary["limit"] == 5 and "5" in summary["note"]
     assert all(e["status"] == "ok" for e in summary["tasks"].values())
@@ -231,6 +243,19 @@ def test_limit_subsamples_every_split_and_is_recorded(tmp_path, monkeypatch):
         assert "limit_5" in str(path)
         meta = json.loads((path.parent / "model_meta.json").read_text())
         assert meta["experiment_kwargs"]["limit"] == 5
+
+
+def test_home_in_paths_is_expanded_and_one_task_name_is_one_task(tmp_path, monkeypatch):
+    write_data(tmp_path / "data")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    summary = run_mteb(make_encoder(), "STSBenchmark", data_dir="~/data", out_dir="~/out", limit=4)
+    assert list(summary["tasks"]) == ["STSBenchmark"] and summary["skipped"] == []
+    assert summary["tasks"]["STSBenchmark"]["source"] == f"local:{tmp_path / 'data' / 'stsb'}"
+    assert summary["out_dir"] == str(tmp_path / "out")
+    assert Path(summary["tasks"]["STSBenchmark"]["files"][SPEC]).is_relative_to(tmp_path / "out")
+    assert list((tmp_path / "cwd").iterdir()) == []  # no literal "~" folder
 
 
 def test_sweep_encodes_each_text_once_for_all_specs(tmp_path, monkeypatch):
@@ -305,6 +330,12 @@ def test_any_mteb_ready_model_runs_as_a_baseline(local_run, tmp_path):
     assert sts["scores"]["(encoder)"] == pytest.approx(local_run["summary"]["tasks"]["STSBenchmark"]["scores"][SPEC])
 
 
+def test_specs_are_refused_for_a_model_without_them(tmp_path):
+    baseline = NosinkMTEBEncoder(make_encoder(), SPEC)  # any mteb-ready model that is not an EncoderFromDecoder
+    with pytest.raises(ValueError, match="specs apply to an EncoderFromDecoder; a NosinkMTEBEncoder"):
+        run_mteb(baseline, ["STSBenchmark"], out_dir=tmp_path, specs=["F* | B*2"])
+
+
 def test_two_baselines_in_one_folder_do_not_share_results(local_run, tmp_path):
     # Foreign models can share mteb's folder name; their results must never be reused for each other.
     data = local_run["root"] / "data"
@@ -314,3 +345,14 @@ def test_two_baselines_in_one_folder_do_not_share_results(local_run, tmp_path):
     alone = run_mteb(NosinkMTEBEncoder(other, SPEC), ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "b")
     score = lambda s: s["tasks"]["STSBenchmark"]["scores"]["(encoder)"]  # noqa: E731
     assert score(b) == pytest.approx(score(alone)) and score(b) != pytest.approx(score(a))
+
+
+def test_mteb_eval_is_the_one_import_for_every_piece():
+    import importlib
+
+    parts = [importlib.import_module(f"nosink.evals.mteb_{p}") for p in ("tasks", "data", "model", "subsample", "run")]
+    exported = [name for part in parts for name in part.__all__]
+    assert sorted(mteb_eval.__all__) == sorted(exported)
+    for part in parts:
+        for name in part.__all__:
+            assert getattr(mteb_eval, name) is getattr(part, name), name

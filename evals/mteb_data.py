@@ -1,0 +1,170 @@
+"""Where MTEB task data comes from: a local folder under ``data_dir``, else the hub.
+
+Two kinds of local folder are read: ``data_dir/<TaskName>/`` holding a copy of the task's hub
+dataset (loaded with mteb's own loader and transform), and the plain copies of three tasks in
+their original formats (``stsb/``, ``banking77/``, ``emotion/``; see :data:`LOCAL_FOLDERS`), parsed
+into the columns mteb's task classes expect. A task with neither a local folder nor a reachable
+hub has no data: :func:`load_task_data` says why instead of raising.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nosink.layerspec.checks import printable
+
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
+    from mteb import AbsTask
+
+__all__ = ["LOCAL_FOLDERS", "load_local_data", "load_task_data"]
+
+# dair-ai/emotion's label ids (the hub copy mteb uses keeps them).
+_EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")
+
+
+def _labelled(rows: list[tuple[str, str]], names: Sequence[str]) -> Dataset:
+    from datasets import Dataset
+
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted({label for _, label in rows} - index.keys())
+    if unknown:
+        raise ValueError(f"labels not in the label set: {unknown[:5]}")
+    return Dataset.from_dict({"text": [t for t, _ in rows], "label": [index[label] for _, label in rows]})
+
+
+def _read_stsb(folder: Path) -> DatasetDict:
+    from datasets import Dataset, DatasetDict
+
+    splits = {}
+    for split, file in (("train", "sts-train.csv"), ("validation", "sts-dev.csv"), ("test", "sts-test.csv")):
+        if not (folder / file).is_file():
+            continue
+        s1, s2, scores = [], [], []
+        with (folder / file).open(encoding="utf-8-sig", newline="") as f:
+            for n, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
+                if not row:
+                    continue
+                if len(row) < 7:
+                    raise ValueError(f"{folder / file}:{n}: expected 7 tab-separated columns, got {len(row)}")
+                # genre, file, year, id, score, sentence1, sentence2 (extra columns are ignored)
+                try:
+                    scores.append(float(row[4]))
+                except ValueError:
+                    score = printable(repr(row[4]))
+                    raise ValueError(f"{folder / file}:{n}: the score {score} is not a number") from None
+                s1.append(row[5])
+                s2.append(row[6])
+        splits[split] = Dataset.from_dict({"sentence1": s1, "sentence2": s2, "score": scores})
+    return DatasetDict(splits)
+
+
+def _read_banking77(folder: Path) -> DatasetDict:
+    from datasets import DatasetDict
+
+    data = {}
+    for split in ("train", "test"):
+        path = folder / f"{split}.csv"
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            reader = csv.DictReader(f)
+            if not {"text", "category"} <= set(reader.fieldnames or ()):
+                header = printable(repr(reader.fieldnames))
+                raise ValueError(f"{path}: expected a header with text and category, got {header}")
+            data[split] = [(r["text"], r["category"]) for r in reader]
+    names_file = folder / "categories.json"
+    if names_file.is_file():
+        names = json.loads(names_file.read_text(encoding="utf-8"))
+    else:
+        names = sorted({label for rows in data.values() for _, label in rows})
+    return DatasetDict({split: _labelled(rows, names) for split, rows in data.items()})
+
+
+def _read_emotion(folder: Path) -> DatasetDict:
+    from datasets import DatasetDict
+
+    data = {}
+    for split, file in (("train", "train.txt"), ("validation", "val.txt"), ("test", "test.txt")):
+        if not (folder / file).is_file():
+            continue
+        # Universal newlines only: str.splitlines() would also split a tweet at U+2028, \x85 or a form feed.
+        with (folder / file).open(encoding="utf-8-sig") as f:
+            lines = [line.rstrip("\n") for line in f]
+        rows = [tuple(line.rsplit(";", 1)) for line in lines[1:] if line.strip()]  # the first line is a header
+        if any(len(r) != 2 for r in rows):
+            raise ValueError(f"{folder / file}: every line must be text;label_name")
+        data[split] = rows
+    present = {label for rows in data.values() for _, label in rows}
+    names = list(_EMOTION_LABELS) if present <= set(_EMOTION_LABELS) else sorted(present)
+    return DatasetDict({split: _labelled(rows, names) for split, rows in data.items()})
+
+
+LOCAL_FOLDERS: dict[str, tuple[str, Callable[[Path], DatasetDict]]] = {
+    "STSBenchmark": ("stsb", _read_stsb),
+    "Banking77Classification": ("banking77", _read_banking77),
+    "EmotionClassification": ("emotion", _read_emotion),
+}
+"""Task name -> (folder under ``data_dir``, reader): the plain copies in their original formats."""
+
+
+def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
+    """Fill ``task.dataset`` from a local folder under ``data_dir``; return the folder, or ``None`` if none.
+
+    ``data_dir/<task name>/`` (a copy of the task's hub dataset) is loaded by mteb itself, with the
+    task's own transform; else the plain copy named in :data:`LOCAL_FOLDERS` is parsed into the
+    columns mteb's task classes expect (``sentence1``/``sentence2``/``score`` for STS,
+    ``text``/``label`` for classification) and the task is marked loaded.
+
+    Args:
+        task: an mteb task object (not yet loaded).
+        data_dir: the folder holding local copies (``~`` is expanded).
+
+    Raises:
+        ValueError: for a plain copy that is not in its format (naming the file, and the line
+            where there is one), or with labels outside the task's label set.
+    """
+    data_dir = Path(data_dir).expanduser()
+    name = task.metadata.name
+    hub_copy = data_dir / name
+    if hub_copy.is_dir():
+        dataset = {**task.metadata.dataset, "path": str(hub_copy)}
+        task.metadata = task.metadata.model_copy(update={"dataset": dataset})  # a copy: the class keeps its own
+        task.load_data()
+        return hub_copy
+    if name in LOCAL_FOLDERS:
+        folder_name, reader = LOCAL_FOLDERS[name]
+        folder = data_dir / folder_name
+        if folder.is_dir():
+            task.dataset = reader(folder)
+            task.data_loaded = True
+            return folder
+    return None
+
+
+def load_task_data(task: AbsTask, data_dir: str | Path | None) -> tuple[str | None, str | None]:
+    """Load a task's data, from ``data_dir`` first, else the hub; report where it came from or why it did not.
+
+    Args:
+        task: an mteb task object; one already loaded is left as it is.
+        data_dir: the folder holding local copies (see :func:`load_local_data`), or ``None``.
+
+    Returns:
+        ``(source, None)`` on success, where ``source`` is ``"preloaded"``, ``"local:<folder>"`` or
+        ``"hub:<dataset>"``; ``(None, reason)`` when there is no data (no local copy and the hub
+        failed), the reason naming both.
+    """
+    if task.data_loaded:
+        return "preloaded", None
+    if data_dir is not None:
+        folder = load_local_data(task, data_dir)
+        if folder is not None:
+            return f"local:{folder}", None
+    try:
+        task.load_data()
+    except Exception as err:  # the hub (or its offline mode) fails in many ways; all mean "no data"
+        where = f"no local copy under {data_dir}" if data_dir is not None else "no data_dir given"
+        return None, f"{where} and the hub failed: {type(err).__name__}: {err}"
+    return f"hub:{task.metadata.dataset.get('path')}", None

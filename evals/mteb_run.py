@@ -1,0 +1,255 @@
+"""An MTEB run: each task loaded once, evaluated under every spec, then released; a summary of the scores.
+
+mteb (2.x) computes every metric and writes its own result JSON through :class:`~mteb.ResultCache`
+under ``out_dir``. The model is ``nosink/<model>``; the layer spec (and ``limit`` when set) are
+mteb ``experiment_kwargs``, so every spec of a sweep gets its own folder and ``model_meta.json``.
+
+Task names are checked before anything runs (an unknown one is a ``ValueError``); a task without
+data (no local copy, no hub) does not stop the run but is reported: its entry says ``"skipped"``
+and why, and the summary lists it under ``"skipped"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec.checks import positive_int
+
+from .mteb_data import load_task_data
+from .mteb_model import NosinkMTEBEncoder, SpecSweepCache
+from .mteb_subsample import subsample
+from .mteb_tasks import resolve_tasks
+
+if TYPE_CHECKING:
+    from mteb import AbsTask, ResultCache
+
+__all__ = ["run_mteb"]
+
+logger = logging.getLogger(__name__)
+
+# The summary's key for a model that is not an EncoderFromDecoder (it has no spec).
+_FOREIGN = "(encoder)"
+
+
+@dataclass
+class _Lineup:
+    """What one run evaluates: one mteb model per spec, filed under one model name and revision."""
+
+    models: dict[str, Any]  # spec (or _FOREIGN) -> the model mteb evaluates
+    name: str
+    revision: str | None
+    cache: SpecSweepCache | None = None  # a sweep's shared embeddings, cleared after each task
+    reuse_results: bool = True  # whether results already in out_dir stand in for a new evaluation
+
+
+def _nosink_lineup(
+    encoder: EncoderFromDecoder, specs: str | Spec | Sequence[str | Spec] | None, **options: Any
+) -> _Lineup:
+    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. A sweep shares its
+    # encoding through a cache; one spec (the encoder's own by default) needs none.
+    cache = (
+        SpecSweepCache(encoder, specs, batch_size=options["batch_size"], max_length=options["max_length"])
+        if specs
+        else None
+    )
+    spec_names = cache.specs if cache is not None else [str(encoder.spec)]
+    models = {spec: NosinkMTEBEncoder(encoder, spec, cache=cache, **options) for spec in spec_names}
+    first = models[spec_names[0]]
+    return _Lineup(models, first.model_name, first.revision, cache)
+
+
+def _foreign_lineup(model: Any, model_name: str | None, revision: str | None) -> _Lineup:
+    # An mteb-ready model (a sentence-transformers baseline, say), run as it is: no instructions, no
+    # specs. mteb files its results under the model card's name, which two baselines can share
+    # ("no_model_name__available"): never reuse them.
+    meta = getattr(model, "mteb_model_meta", None) or getattr(model, "model_card_data", None)
+    name = model_name or str(getattr(meta, "model_name", None) or "encoder")
+    return _Lineup({_FOREIGN: model}, name, revision, reuse_results=False)
+
+
+def _note(limit: int | None, seed: int) -> str:
+    if limit is None:
+        return "full evaluation splits"
+    return f"every split subsampled to at most {limit} items (seed {seed}): not comparable to full MTEB scores"
+
+
+def _score(
+    model: Any, task: AbsTask, results: ResultCache, *, overwrite: bool, batch_size: int
+) -> tuple[float, str | None]:
+    """mteb's main score of ``model`` on a loaded ``task``, and the result file it wrote (``None`` if unknown)."""
+    import mteb
+
+    result = mteb.evaluate(
+        model,
+        task,
+        cache=results,
+        overwrite_strategy="always" if overwrite else "only-missing",
+        co2_tracker=False,
+        show_progress_bar=False,
+        encode_kwargs={"batch_size": batch_size},
+    )
+    (task_result,) = result.task_results
+    meta = getattr(model, "mteb_model_meta", None)
+    return float(task_result.get_score()), str(results.get_task_result_path(task.metadata.name, meta)) if meta else None
+
+
+def _run_task(
+    task: AbsTask,
+    lineup: _Lineup,
+    results: ResultCache,
+    *,
+    data_dir: str | Path | None,
+    limit: int | None,
+    seed: int,
+    overwrite: bool,
+    batch_size: int,
+) -> dict[str, Any]:
+    """One task's summary entry: load its data, evaluate every model of the lineup on it, release it."""
+    name = task.metadata.name
+    source, reason = load_task_data(task, data_dir)
+    if source is None:
+        logger.warning("skipping %s: %s", name, reason)
+        return {"status": "skipped", "reason": reason}
+    if limit is not None:
+        subsample(task, limit, seed)
+    entry: dict[str, Any] = {
+        "status": "ok",
+        "source": source,
+        "main_score": task.metadata.main_score,
+        "scores": {},
+        "files": {},
+    }
+    try:
+        for spec, model in lineup.models.items():
+            logger.info("MTEB %s with spec %s (data: %s)", name, spec, source)
+            entry["scores"][spec], entry["files"][spec] = _score(
+                model, task, results, overwrite=overwrite or not lineup.reuse_results, batch_size=batch_size
+            )
+    finally:
+        if lineup.cache is not None:
+            lineup.cache.clear()
+        if source != "preloaded":
+            task.unload_data()
+    return entry
+
+
+def run_mteb(
+    encoder: EncoderFromDecoder | Any,
+    tasks: str | Sequence[str | AbsTask] | None = None,
+    data_dir: str | Path | None = None,
+    out_dir: str | Path = "results/mteb",
+    limit: int | None = None,
+    specs: str | Spec | Sequence[str | Spec] | None = None,
+    *,
+    instructions: Mapping[str, str] | None = None,
+    model_name: str | None = None,
+    revision: str | None = None,
+    batch_size: int = 32,
+    max_length: int = 512,
+    overwrite: bool = False,
+    seed: int = 42,
+) -> dict[str, Any]:
+    """Evaluate an encoder (or a sweep of specs) on MTEB tasks; mteb computes and writes the scores.
+
+    Every task name is checked first, before any model work. Each task's data is then loaded once
+    (local folder, else hub) and evaluated under every spec, then released. A task without data is
+    skipped with the reason instead of stopping the run, and listed in the summary's ``skipped``:
+    a caller that needs every score checks that list.
+
+    Args:
+        encoder: the encoder to evaluate; or any model mteb accepts (a sentence-transformers
+            ``SentenceTransformer`` baseline, say), run as it is, without instructions or specs.
+        tasks: mteb task names (or task objects, e.g. with data already loaded); one name alone
+            stands for a list of one; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
+        data_dir: folder with local copies (see :func:`~nosink.evals.mteb_data.load_local_data`);
+            tried before the hub.
+        out_dir: where mteb's result cache goes (``~`` is expanded): ``out_dir/results/<model>/<revision>/
+            experiments/<spec...>/<task>.json`` plus ``model_meta.json``.
+        limit: cut every split to at most this many items (rows, pairs, queries; a random,
+            seeded subset) for quick runs. Such scores are not comparable to full ones: ``limit``
+            is recorded in the results' ``experiment_kwargs`` and in the returned summary.
+        specs: evaluate each of these specs (sharing work through a
+            :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec.
+            Only for an :class:`EncoderFromDecoder`.
+        instructions: task name -> instruction; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
+        model_name: mteb model name; ``nosink/<model>`` by default.
+        revision: model revision recorded by mteb.
+        batch_size: texts per forward pass.
+        max_length: at most this many tokens per input.
+        overwrite: re-run tasks whose results are already in ``out_dir`` (else they are reused).
+        seed: seed of the ``limit`` subsampling.
+
+    Returns:
+        ``{"model", "revision", "specs", "limit", "note", "out_dir", "tasks": {name: {...}},
+        "skipped": [name, ...]}`` where each task has ``status`` (``"ok"`` or ``"skipped"``), and
+        when ok ``source`` (where the data came from), ``main_score`` (mteb's name of it),
+        ``scores`` (spec -> main score) and ``files`` (spec -> result JSON); when skipped,
+        ``reason``. ``skipped`` names the tasks that were not evaluated, in order.
+
+    Raises:
+        ValueError: for an unknown task name (listing mteb's closest names and the paper's tasks),
+            a ``limit``, ``batch_size`` or ``max_length`` that is not a positive integer, or
+            ``specs`` for a model that is not an :class:`EncoderFromDecoder`.
+        SpecError: for a spec that does not parse or fit the encoder.
+    """
+    import mteb
+
+    if limit is not None:
+        positive_int(limit, "limit")
+    positive_int(batch_size, "batch_size")
+    positive_int(max_length, "max_length")
+    task_list = resolve_tasks(tasks)  # an unknown name fails here, before any model work
+    out_dir = Path(out_dir).expanduser()
+    if isinstance(encoder, EncoderFromDecoder):
+        lineup = _nosink_lineup(
+            encoder,
+            specs,
+            instructions=instructions,
+            model_name=model_name,
+            revision=revision,
+            batch_size=batch_size,
+            max_length=max_length,
+            experiment_kwargs={"limit": limit} if limit is not None else {},
+        )
+    elif specs:
+        raise ValueError(f"specs apply to an EncoderFromDecoder; a {type(encoder).__name__} is evaluated as it is")
+    else:
+        lineup = _foreign_lineup(encoder, model_name, revision)
+    summary: dict[str, Any] = {
+        "model": lineup.name,
+        "revision": lineup.revision,
+        "specs": list(lineup.models),
+        "limit": limit,
+        "note": _note(limit, seed),
+        "out_dir": str(out_dir),
+        "tasks": {},
+    }
+    if limit is not None:
+        logger.warning("MTEB run with limit=%d: %s", limit, summary["note"])
+
+    results = mteb.ResultCache(out_dir)
+    for task in task_list:
+        summary["tasks"][task.metadata.name] = _run_task(
+            task,
+            lineup,
+            results,
+            data_dir=data_dir,
+            limit=limit,
+            seed=seed,
+            overwrite=overwrite,
+            batch_size=batch_size,
+        )
+    summary["skipped"] = [name for name, entry in summary["tasks"].items() if entry["status"] != "ok"]
+    if summary["skipped"]:
+        logger.warning(
+            "%d of %d MTEB tasks had no data and were not evaluated: %s",
+            len(summary["skipped"]),
+            len(summary["tasks"]),
+            ", ".join(summary["skipped"]),
+        )
+    return summary
