@@ -40,6 +40,7 @@ __all__ = [
     "NosinkPooling",
     "NosinkTransformer",
     "load_sentence_transformer",
+    "mteb_meta",
     "mteb_model",
     "to_sentence_transformer",
 ]
@@ -352,6 +353,63 @@ def load_sentence_transformer(path: str | Path, **kwargs: Any) -> SentenceTransf
     return SentenceTransformer(str(path), trust_remote_code=True, **kwargs)
 
 
+def mteb_meta(
+    encoder: EncoderFromDecoder,
+    *,
+    name: str | None = None,
+    revision: str | None = None,
+    languages: Sequence[str] | None = None,
+    max_tokens: int = 512,
+    use_instructions: bool = True,
+    framework: Sequence[str] = ("PyTorch",),
+    experiment_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """mteb's ``ModelMeta`` for a nosink encoder: its name, revision, size, and the spec.
+
+    Args:
+        encoder: the encoder evaluated.
+        name: the mteb model name; ``nosink/<last part of encoder.name_or_path>`` (or of the decoder's
+            model type, for a model built in code) by default.
+        revision: the recorded revision; ``encoder.revision`` by default, else "no_revision_available".
+        languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown (``None``) by default.
+        max_tokens: at most this many tokens per input.
+        use_instructions: whether the model is run with task instructions.
+        framework: mteb's framework names.
+        experiment_kwargs: what sets this run apart (mteb files results by it); the spec is added as
+            ``spec``.
+
+    Returns:
+        a ``mteb.models.model_meta.ModelMeta``; the original model's hub id is its ``adapted_from``.
+
+    Raises:
+        pydantic.ValidationError: for languages or names mteb does not accept.
+    """
+    from mteb.models.model_meta import ModelMeta
+
+    base = encoder.name_or_path.rstrip("/")
+    return ModelMeta(
+        loader=None,
+        name=name or f"nosink/{Path(base).name if base else encoder.config.model_type}",
+        revision=revision or encoder.revision or "no_revision_available",
+        release_date=None,
+        languages=list(languages) if languages is not None else None,
+        n_parameters=sum(p.numel() for p in encoder.parameters()),
+        memory_usage_mb=None,
+        max_tokens=max_tokens,
+        embed_dim=int(encoder.config.hidden_size),
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=list(framework),
+        similarity_fn_name="cosine",
+        use_instructions=use_instructions,
+        training_datasets=None,
+        adapted_from=base if base and not Path(base).exists() else None,  # a hub id, not a local folder
+        experiment_kwargs={"spec": str(encoder.spec), **dict(experiment_kwargs or {})},
+    )
+
+
 def mteb_model(
     model: SentenceTransformer,
     prompts: Mapping[str, str] | None = None,
@@ -365,7 +423,7 @@ def mteb_model(
 
     ``mteb.evaluate(mteb_model(model, prompts), tasks)`` runs mteb's ordinary sentence-transformers
     path; the results are filed under ``name`` and ``revision`` with the spec and pooling in
-    ``experiment_kwargs``, instead of under "no_model_name/available".
+    ``experiment_kwargs`` (see :func:`mteb_meta`), instead of under "no_model_name/available".
 
     Args:
         model: a model from :func:`to_sentence_transformer` or :func:`load_sentence_transformer`.
@@ -373,8 +431,8 @@ def mteb_model(
             ``"query"``/``"document"``) -> prompt; they replace the model's prompts (mteb reads the
             model's). An empty prompt means none: ``{"SciFact": p, "SciFact-document": ""}`` puts ``p``
             on SciFact's queries only, as the paper does for retrieval.
-        name: the mteb model name; ``nosink/<last part of encoder.name_or_path>`` by default.
-        revision: the recorded revision; ``encoder.revision`` by default, else "no_revision_available".
+        name: the mteb model name (see :func:`mteb_meta`).
+        revision: the recorded revision (see :func:`mteb_meta`).
         languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown by default.
         experiment_kwargs: more entries for the ModelMeta's ``experiment_kwargs`` (e.g. ``limit``).
 
@@ -389,25 +447,18 @@ def mteb_model(
     first = model[0]
     if not isinstance(first, NosinkTransformer):
         raise ValueError(f"mteb_model() takes a nosink SentenceTransformer; its first module is {type(first).__name__}")
-    encoder = first.encoder
-    poolings = [m for m in model if isinstance(m, NosinkPooling)]
     if prompts is not None:
         model.prompts = dict(prompts)  # what mteb's wrapper would do, with a warning, when given model_prompts
     wrapper = SentenceTransformerEncoderWrapper(model)
-    base = encoder.name_or_path.rstrip("/")
-    extra = {"spec": str(encoder.spec), "pooling": poolings[0].pooling if poolings else type(model[1]).__name__}
-    wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(
-        update=dict(
-            name=name or f"nosink/{Path(base).name if base else encoder.config.model_type}",
-            revision=revision or encoder.revision or "no_revision_available",
-            languages=list(languages) if languages is not None else None,
-            n_parameters=sum(p.numel() for p in encoder.parameters()),
-            embed_dim=model.get_embedding_dimension(),
-            max_tokens=first.max_seq_length,
-            open_weights=True,
-            use_instructions=bool(wrapper.model_prompts),
-            adapted_from=base if base and not Path(base).exists() else None,
-            experiment_kwargs={**extra, **dict(experiment_kwargs or {})},
-        )
+    pooling = next((m.pooling for m in model if isinstance(m, NosinkPooling)), type(model[1]).__name__)
+    wrapper.mteb_model_meta = mteb_meta(
+        first.encoder,
+        name=name,
+        revision=revision,
+        languages=languages,
+        max_tokens=first.max_seq_length,
+        use_instructions=bool(wrapper.model_prompts),
+        framework=("Sentence Transformers", "PyTorch"),
+        experiment_kwargs={"pooling": pooling, **dict(experiment_kwargs or {})},
     )
     return wrapper

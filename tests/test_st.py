@@ -204,6 +204,22 @@ def test_a_saved_folder_loads_in_a_clean_process(tmp_path):
     np.testing.assert_allclose(got, encoder.encode(TEXTS, PROMPTS["query"], pooling="last"), atol=1e-5)
 
 
+def test_nosink_imports_without_sentence_transformers():
+    script = (
+        "import sys\n"
+        "sys.modules['sentence_transformers'] = None  # as if not installed\n"
+        "import nosink\n"
+        "from nosink import *\n"
+        "assert 'to_sentence_transformer' not in nosink.__all__\n"
+        "try:\n"
+        "    nosink.to_sentence_transformer\n"
+        "except ImportError as err:\n"
+        "    print('ImportError', err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "ImportError" in out.stdout and "sentence_transformers" in out.stdout
+
+
 def _write_stsb(root: Path) -> list:
     """A tiny STSBenchmark copy in the shared folder's format (stsb/sts-test.csv)."""
     rng = random.Random(0)
@@ -281,3 +297,24 @@ def test_real_smollm2_matches_nosink_and_runs_mteb(smollm2_path, tmp_path):
     features = loaded[0].preprocess(["A man"], prompt="Query: ")
     alone = len(encoder.tokenizer("Query: ", add_special_tokens=False)["input_ids"])
     assert features["prompt_length"] == 1 + alone - 1
+
+
+def test_real_smollm2_through_run_mteb_scores_like_nosinks_own_mteb_encoder(smollm2_path, tmp_path):
+    # The existing run_mteb takes any mteb-ready model: the sentence-transformers path on a small subset of
+    # the local STSBenchmark copy must score what nosink's own mteb encoder scores on the same subset.
+    from nosink.evals.mteb_eval import run_mteb
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data / "stsb").is_dir():
+        pytest.skip("../shared/data/stsb is absent")
+    encoder = EncoderFromDecoder.from_pretrained(smollm2_path, spec="F* | M0B*10", dtype=torch.float32)
+    model = mteb_model(to_sentence_transformer(encoder), _paper_prompts(), experiment_kwargs={"limit": 16})
+    via_st = run_mteb(model, ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "st", limit=16)
+    own = run_mteb(encoder, ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "own", limit=16)
+    st_task, own_task = via_st["tasks"]["STSBenchmark"], own["tasks"]["STSBenchmark"]
+    assert st_task["status"] == own_task["status"] == "ok"
+    (st_score,) = st_task["scores"].values()
+    (own_score,) = own_task["scores"].values()
+    assert st_score == pytest.approx(own_score, abs=1e-4)
+    (file,) = (tmp_path / "st").rglob("STSBenchmark.json")
+    assert "nosink__" in str(file) and "spec_F" in str(file)
