@@ -74,6 +74,7 @@ def test_prompt_prompt_name_and_default_prompt():
     assert one.shape == (32,)
     np.testing.assert_allclose(one, encoder.encode("a dog ran", PROMPTS["query"]), atol=1e-5)
     assert model.prompts["query"] == PROMPTS["query"]
+    np.testing.assert_allclose(model.encode_query(TEXTS), encoder.encode(TEXTS, PROMPTS["query"]), atol=1e-5)
 
 
 def test_sentence_transformers_pooling_and_include_prompt():
@@ -150,6 +151,8 @@ def test_saved_folder_is_a_sentence_transformers_folder_and_an_encoder_folder(tm
     # sentence-transformers 6 imports module classes of other packages only when trusted
     with pytest.raises(ValueError, match="trust_remote_code"):
         SentenceTransformer(str(tmp_path))
+    half = load_sentence_transformer(tmp_path, model_kwargs={"dtype": torch.bfloat16})
+    assert half[0].encoder.parts.embed_tokens.weight.dtype == torch.bfloat16
     trusted = SentenceTransformer(str(tmp_path), trust_remote_code=True)
     assert trusted.max_seq_length == 64
     expected = encoder.encode(TEXTS, PROMPTS["sts"], pooling="weighted_mean")
