@@ -587,3 +587,21 @@ class EncoderFromDecoder(nn.Module):
 
     def extra_repr(self) -> str:
         return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"
+
+    def to_sentence_transformer(self, prompts: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        """This encoder as a ``sentence_transformers.SentenceTransformer`` (needs the ``st`` extra).
+
+        See :func:`nosink.models.st.to_sentence_transformer`: ``model.encode(texts, prompt_name=name)``
+        equals ``self.encode(texts, instruction=prompts[name])``, and ``model.save(folder)`` writes a
+        sentence-transformers folder.
+
+        Args:
+            prompts: prompt name -> prompt, put verbatim before the text.
+            **kwargs: ``pooling``, ``normalize``, ``default_prompt_name``, ``max_seq_length``, ...
+
+        Raises:
+            ImportError: if sentence-transformers is not installed.
+        """
+        from .st import to_sentence_transformer
+
+        return to_sentence_transformer(self, prompts, **kwargs)

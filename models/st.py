@@ -1,0 +1,464 @@
+"""A converted encoder as a sentence-transformers model, saved and loaded as a sentence-transformers folder.
+
+Two modules make the pipeline ``[NosinkTransformer, NosinkPooling(, Normalize)]``:
+
+* :class:`NosinkTransformer` (the input module) holds an :class:`EncoderFromDecoder`: it tokenizes
+  ``[sink token] + prompt + text`` the way :meth:`EncoderFromDecoder.encode` does (prompt and text
+  together, split by offsets), runs nosink's layer loop and hands on ``token_embeddings`` with a
+  ``text_mask`` marking each row's text tokens.
+* :class:`NosinkPooling` pools over ``text_mask`` with nosink's own :func:`~nosink.models.pool`, so
+  ``SentenceTransformer.encode(texts, prompt_name=...)`` equals ``encoder.encode(texts,
+  instruction=prompts[name])`` (float32, to about 1e-5: batches are formed differently).
+
+sentence-transformers passes the prompt to the input module apart from the texts, which is what
+makes this exact: the prompt's tokens are found per text, from the joint tokenization, instead of
+from the prompt tokenized alone (``Pooling(include_prompt=False)``'s ``prompt_length``, one number
+per batch, counts a trailing space token that the joint tokenization merges into the text). The
+input module still sets ``prompt_length`` (sink token + prompt tokens) for sentence-transformers'
+own :class:`~sentence_transformers.sentence_transformer.modules.Pooling`, which then matches nosink
+for ``mean`` and ``lasttoken`` when every text of a batch splits after the same number of tokens.
+
+This module imports sentence-transformers (the ``st`` extra); ``import nosink`` does not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import InputModule, Module, Normalize
+
+from .encoder import EncoderFromDecoder
+from .pooling import POOLINGS, Pooling, pool
+
+__all__ = [
+    "NosinkPooling",
+    "NosinkTransformer",
+    "load_sentence_transformer",
+    "mteb_meta",
+    "mteb_model",
+    "to_sentence_transformer",
+]
+
+logger = logging.getLogger(__name__)
+
+# The modules.json types that load_sentence_transformer() trusts: nosink's two modules and
+# sentence-transformers' own classes (which sentence-transformers imports without asking).
+_OWN_TYPES = frozenset({"nosink.models.st.NosinkTransformer", "nosink.models.st.NosinkPooling"})
+
+
+def _tokenize_batch(
+    encoder: EncoderFromDecoder, texts: Sequence[str], prompt: str | None, max_length: int, padding_side: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, text_mask)`` for ``[sink] + prompt + text`` rows, as ``encode()`` builds them.
+
+    The only place this module reaches into the encoder's text pipeline (its sink token, its
+    prompt/text split and its padding): switch it to ``nosink.models.texts`` when that lands.
+
+    Raises:
+        ValueError: if the sink token and prompt leave no room for text within ``max_length``.
+    """
+    sink = encoder.sink_ids()
+    rows = []
+    for text in texts:
+        head, body = encoder._split(prompt, text)
+        room = max_length - len(sink) - len(head)
+        if room < 1:
+            raise ValueError(
+                f"the sink token and prompt take {len(sink) + len(head)} tokens, leaving no room for text "
+                f"within max_seq_length={max_length}"
+            )
+        rows.append((sink + head, body[:room]))
+    return encoder._pad(rows, padding_side)
+
+
+class NosinkTransformer(InputModule):
+    """The sentence-transformers input module around an :class:`EncoderFromDecoder`.
+
+    Its parameters are the encoder's (and so the decoder's) tensors. Saved, it is an encoder folder
+    (:meth:`EncoderFromDecoder.save_pretrained`: ``nosink.json`` with the spec and sink token, the
+    decoder's config and safetensors weights, the tokenizer) plus ``nosink_st_config.json``.
+
+    Args:
+        encoder: the converted decoder, with its tokenizer.
+        max_seq_length: at most this many tokens per input (sink token and prompt included); longer
+            texts are truncated, as by ``encode(max_length=...)``.
+        padding_side: ``"right"`` or ``"left"``; the embeddings do not depend on it.
+
+    Raises:
+        ValueError: for an encoder without a tokenizer, a bad ``max_seq_length`` or ``padding_side``.
+    """
+
+    config_file_name = "nosink_st_config.json"
+    config_keys: ClassVar[list[str]] = ["max_seq_length", "padding_side"]
+    save_in_root = True
+
+    def __init__(
+        self, encoder: EncoderFromDecoder, max_seq_length: int = 512, padding_side: Literal["right", "left"] = "right"
+    ) -> None:
+        super().__init__()
+        if encoder.tokenizer is None:
+            raise ValueError("the encoder has no tokenizer; sentence-transformers needs one (tokenizer=...)")
+        if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
+            raise ValueError(f"max_seq_length must be a positive integer, got {max_seq_length!r}")
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        self.encoder = encoder
+        self.max_seq_length = max_seq_length
+        self.padding_side = padding_side
+
+    @property
+    def tokenizer(self) -> Any:
+        """The encoder's tokenizer (what ``SentenceTransformer.tokenizer`` returns)."""
+        return self.encoder.tokenizer
+
+    def preprocess(self, inputs: Sequence[Any], prompt: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """Token ids of ``[sink token] + prompt + text`` per text, with the mask of the text tokens.
+
+        Args:
+            inputs: the texts of one batch.
+            prompt: the prompt sentence-transformers resolved (``prompt=`` or ``prompts[prompt_name]``).
+            **kwargs: other sentence-transformers arguments (``task``, ...); unused.
+
+        Returns:
+            ``input_ids``, ``attention_mask``, ``text_mask`` (bool, the pooled tokens) and, where the
+            batch has one, ``prompt_length``: the tokens before the text (sink token and prompt) when
+            every row has the same number of them.
+
+        Raises:
+            ValueError: for inputs that are not strings, or a prompt that leaves no room for text.
+        """
+        texts = list(inputs)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"nosink encoders take texts only; input {i} is a {type(text).__name__}")
+        ids, attention_mask, text_mask = _tokenize_batch(
+            self.encoder, texts, prompt or None, self.max_seq_length, self.padding_side
+        )
+        features: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask, "text_mask": text_mask}
+        # Tokens before the text in each row, for sentence-transformers' Pooling(include_prompt=False).
+        starts = attention_mask.sum(-1) - text_mask.sum(-1)  # (B,): the text is each row's last real tokens
+        if len(texts):
+            if int(starts.min()) != int(starts.max()):
+                logger.warning(
+                    "the prompt covers %d to %d tokens in this batch (its last token merges into some texts): "
+                    "sentence-transformers' Pooling(include_prompt=False) excludes %d; NosinkPooling is exact",
+                    int(starts.min()),
+                    int(starts.max()),
+                    int(starts.min()),
+                )
+            features["prompt_length"] = int(starts.min())
+        return features
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Run nosink's layer loop: adds ``token_embeddings`` ``(B, T, D)`` (after the final norm).
+
+        Args:
+            features: what :meth:`preprocess` returned, on the model's device.
+            **kwargs: other sentence-transformers arguments; unused.
+        """
+        out = self.encoder(features["input_ids"], features["attention_mask"])
+        features["token_embeddings"] = out.last_hidden_state
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        """The decoder's hidden size."""
+        return int(self.encoder.config.hidden_size)
+
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        """Write the encoder folder (always safetensors) and this module's settings.
+
+        Args:
+            output_path: the folder (the model's root: this is its first module).
+            *args: unused.
+            safe_serialization: ignored: weights are always written as safetensors.
+            **kwargs: unused.
+        """
+        self.encoder.save_pretrained(output_path)
+        self.save_config(output_path)
+
+    @classmethod
+    def load(
+        cls,
+        model_name_or_path: str,
+        subfolder: str = "",
+        token: bool | str | None = None,
+        cache_folder: str | None = None,
+        revision: str | None = None,
+        local_files_only: bool = False,
+        model_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> NosinkTransformer:
+        """Rebuild the module from a saved folder (local, or a hub repository).
+
+        Args:
+            model_name_or_path: the folder or hub id sentence-transformers is loading.
+            subfolder: the module's subfolder (``""``: it is saved in the root).
+            token: hub token.
+            cache_folder: hub cache folder.
+            revision: hub revision.
+            local_files_only: never reach the hub.
+            model_kwargs: sentence-transformers' ``model_kwargs``; ``dtype`` (or ``torch_dtype``) and
+                ``attn_implementation`` are passed to :meth:`EncoderFromDecoder.from_pretrained`.
+            **kwargs: other sentence-transformers loading arguments; unused.
+
+        Raises:
+            OSError: as :meth:`EncoderFromDecoder.from_pretrained`, for a missing or damaged folder.
+        """
+        hub = dict(token=token, cache_folder=cache_folder, revision=revision, local_files_only=local_files_only)
+        folder = cls.load_dir_path(model_name_or_path, subfolder=subfolder, **hub)
+        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
+        options = dict(model_kwargs or {})
+        load_kwargs = {}
+        if "dtype" in options or "torch_dtype" in options:
+            load_kwargs["dtype"] = options.get("dtype", options.get("torch_dtype"))
+        if "attn_implementation" in options:
+            load_kwargs["attn_implementation"] = options["attn_implementation"]
+        encoder = EncoderFromDecoder.from_pretrained(folder, **load_kwargs)
+        return cls(encoder, **config)
+
+
+class NosinkPooling(Module):
+    """Pool the text tokens only (no sink token, no prompt), with nosink's :func:`~nosink.models.pool`.
+
+    Args:
+        embedding_dimension: the token embeddings' size.
+        pooling: ``mean`` (the paper's), ``weighted_mean``, ``last`` or ``first``.
+
+    Raises:
+        ValueError: for an unknown pooling.
+    """
+
+    config_keys: ClassVar[list[str]] = ["embedding_dimension", "pooling"]
+
+    def __init__(self, embedding_dimension: int, pooling: Pooling = "mean") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+        self.embedding_dimension = int(embedding_dimension)
+        self.pooling = pooling
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Add ``sentence_embedding`` ``(B, D)``, pooled over ``text_mask``.
+
+        Args:
+            features: ``token_embeddings`` and ``text_mask`` from :class:`NosinkTransformer`.
+            **kwargs: other sentence-transformers arguments; unused.
+
+        Raises:
+            KeyError: if no ``text_mask`` came with the features (the input module is not nosink's).
+        """
+        if "text_mask" not in features:
+            raise KeyError("NosinkPooling needs the 'text_mask' that NosinkTransformer computes")
+        features["sentence_embedding"] = pool(features["token_embeddings"], features["text_mask"], self.pooling)
+        return features
+
+    def get_embedding_dimension(self) -> int:
+        """The sentence embedding's size (the token embeddings')."""
+        return self.embedding_dimension
+
+    def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
+        """Write ``config.json`` (this module has no weights).
+
+        Args:
+            output_path: the module's folder.
+            *args: unused.
+            safe_serialization: unused.
+            **kwargs: unused.
+        """
+        self.save_config(output_path)
+
+
+def to_sentence_transformer(
+    encoder: EncoderFromDecoder,
+    prompts: Mapping[str, str] | None = None,
+    *,
+    pooling: Pooling = "mean",
+    normalize: bool = False,
+    default_prompt_name: str | None = None,
+    max_seq_length: int = 512,
+    padding_side: Literal["right", "left"] = "right",
+    similarity_fn_name: Literal["cosine", "dot", "euclidean", "manhattan"] = "cosine",
+) -> SentenceTransformer:
+    """A ``SentenceTransformer`` that runs ``encoder`` (its tensors, not a copy) and pools like ``encode()``.
+
+    ``model.encode(texts, prompt_name=name)`` equals ``encoder.encode(texts, instruction=prompts[name],
+    pooling=pooling)`` (float32, to about 1e-5), and ``model.save(folder)`` writes a
+    sentence-transformers folder that :func:`load_sentence_transformer` (or ``SentenceTransformer(folder,
+    trust_remote_code=True)``) rebuilds.
+
+    Args:
+        encoder: the converted decoder, with its tokenizer.
+        prompts: prompt name -> prompt, put verbatim before the text (end it with a space or newline),
+            e.g. ``{"query": "Instruct: ...\\nQuery: ", "document": ""}``; saved with the model.
+        pooling: ``mean`` (default), ``weighted_mean``, ``last`` or ``first``, over the text tokens.
+        normalize: append sentence-transformers' ``Normalize`` module (unit-length embeddings).
+        default_prompt_name: the prompt used when ``encode()`` is given none.
+        max_seq_length: at most this many tokens per input, sink token and prompt included.
+        padding_side: ``"right"`` or ``"left"``; the embeddings do not depend on it.
+        similarity_fn_name: what ``model.similarity`` computes.
+
+    Raises:
+        ValueError: for an encoder without a tokenizer, an unknown pooling, or an unknown
+            ``default_prompt_name``.
+    """
+    first = NosinkTransformer(encoder, max_seq_length=max_seq_length, padding_side=padding_side)
+    modules: list[torch.nn.Module] = [first, NosinkPooling(first.get_embedding_dimension(), pooling)]
+    if normalize:
+        modules.append(Normalize())
+    device = str(next(encoder.parameters()).device)  # stay where the encoder is (no move to a GPU)
+    model = SentenceTransformer(
+        modules=modules,
+        device=device,
+        prompts=dict(prompts or {}),
+        default_prompt_name=default_prompt_name,
+        similarity_fn_name=similarity_fn_name,
+    )
+    return model
+
+
+def load_sentence_transformer(path: str | Path, **kwargs: Any) -> SentenceTransformer:
+    """Load a folder saved from :func:`to_sentence_transformer`'s model, trusting only nosink's modules.
+
+    sentence-transformers (6.x) imports a module class outside its own package only with
+    ``trust_remote_code=True``; nosink's modules come from the installed ``nosink`` package, not from
+    the folder. This checks that ``modules.json`` names no other code than nosink's two modules and
+    sentence-transformers' own, then loads with that flag.
+
+    Args:
+        path: a local folder with ``modules.json``.
+        **kwargs: passed to ``SentenceTransformer`` (``device``, ``model_kwargs``, ...).
+
+    Raises:
+        OSError: if the folder has no readable ``modules.json``.
+        ValueError: if ``modules.json`` names a module class from another package.
+    """
+    file = Path(path) / "modules.json"
+    try:
+        entries = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise OSError(f"{file} is missing or unreadable ({err}); is {path} a sentence-transformers folder?") from None
+    foreign = [e.get("type") for e in entries if e.get("type") not in _OWN_TYPES]
+    foreign = [t for t in foreign if not str(t).startswith("sentence_transformers.")]
+    if foreign:
+        raise ValueError(
+            f"{file} names module classes outside nosink and sentence-transformers: {foreign}; "
+            "load it with SentenceTransformer(..., trust_remote_code=True) if you trust that code"
+        )
+    return SentenceTransformer(str(path), trust_remote_code=True, **kwargs)
+
+
+def mteb_meta(
+    encoder: EncoderFromDecoder,
+    *,
+    name: str | None = None,
+    revision: str | None = None,
+    languages: Sequence[str] | None = None,
+    max_tokens: int = 512,
+    use_instructions: bool = True,
+    framework: Sequence[str] = ("PyTorch",),
+    experiment_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """mteb's ``ModelMeta`` for a nosink encoder: its name, revision, size, and the spec.
+
+    Args:
+        encoder: the encoder evaluated.
+        name: the mteb model name; ``nosink/<last part of encoder.name_or_path>`` (or of the decoder's
+            model type, for a model built in code) by default.
+        revision: the recorded revision; ``encoder.revision`` by default, else "no_revision_available".
+        languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown (``None``) by default.
+        max_tokens: at most this many tokens per input.
+        use_instructions: whether the model is run with task instructions.
+        framework: mteb's framework names.
+        experiment_kwargs: what sets this run apart (mteb files results by it); the spec is added as
+            ``spec``.
+
+    Returns:
+        a ``mteb.models.model_meta.ModelMeta``; the original model's hub id is its ``adapted_from``.
+
+    Raises:
+        pydantic.ValidationError: for languages or names mteb does not accept.
+    """
+    from mteb.models.model_meta import ModelMeta
+
+    base = encoder.name_or_path.rstrip("/")
+    return ModelMeta(
+        loader=None,
+        name=name or f"nosink/{Path(base).name if base else encoder.config.model_type}",
+        revision=revision or encoder.revision or "no_revision_available",
+        release_date=None,
+        languages=list(languages) if languages is not None else None,
+        n_parameters=sum(p.numel() for p in encoder.parameters()),
+        memory_usage_mb=None,
+        max_tokens=max_tokens,
+        embed_dim=int(encoder.config.hidden_size),
+        license=None,
+        open_weights=True,
+        public_training_code=None,
+        public_training_data=None,
+        framework=list(framework),
+        similarity_fn_name="cosine",
+        use_instructions=use_instructions,
+        training_datasets=None,
+        adapted_from=base if base and not Path(base).exists() else None,  # a hub id, not a local folder
+        experiment_kwargs={"spec": str(encoder.spec), **dict(experiment_kwargs or {})},
+    )
+
+
+def mteb_model(
+    model: SentenceTransformer,
+    prompts: Mapping[str, str] | None = None,
+    *,
+    name: str | None = None,
+    revision: str | None = None,
+    languages: Sequence[str] | None = None,
+    experiment_kwargs: Mapping[str, Any] | None = None,
+) -> Any:
+    """mteb's sentence-transformers wrapper around ``model``, with a ModelMeta that names the nosink encoder.
+
+    ``mteb.evaluate(mteb_model(model, prompts), tasks)`` runs mteb's ordinary sentence-transformers
+    path; the results are filed under ``name`` and ``revision`` with the spec and pooling in
+    ``experiment_kwargs`` (see :func:`mteb_meta`), instead of under "no_model_name/available".
+
+    Args:
+        model: a model from :func:`to_sentence_transformer` or :func:`load_sentence_transformer`.
+        prompts: mteb's prompt keys (task name, ``"<task>-query"``, ``"<task>-document"``, task type,
+            ``"query"``/``"document"``) -> prompt; they replace the model's prompts (mteb reads the
+            model's). An empty prompt means none: ``{"SciFact": p, "SciFact-document": ""}`` puts ``p``
+            on SciFact's queries only, as the paper does for retrieval.
+        name: the mteb model name (see :func:`mteb_meta`).
+        revision: the recorded revision (see :func:`mteb_meta`).
+        languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown by default.
+        experiment_kwargs: more entries for the ModelMeta's ``experiment_kwargs`` (e.g. ``limit``).
+
+    Returns:
+        a ``mteb.models.SentenceTransformerEncoderWrapper`` whose ``mteb_model_meta`` is set.
+
+    Raises:
+        ValueError: if ``model`` does not start with a :class:`NosinkTransformer`.
+    """
+    from mteb.models import SentenceTransformerEncoderWrapper
+
+    first = model[0]
+    if not isinstance(first, NosinkTransformer):
+        raise ValueError(f"mteb_model() takes a nosink SentenceTransformer; its first module is {type(first).__name__}")
+    if prompts is not None:
+        model.prompts = dict(prompts)  # what mteb's wrapper would do, with a warning, when given model_prompts
+    wrapper = SentenceTransformerEncoderWrapper(model)
+    pooling = next((m.pooling for m in model if isinstance(m, NosinkPooling)), type(model[1]).__name__)
+    wrapper.mteb_model_meta = mteb_meta(
+        first.encoder,
+        name=name,
+        revision=revision,
+        languages=languages,
+        max_tokens=first.max_seq_length,
+        use_instructions=bool(wrapper.model_prompts),
+        framework=("Sentence Transformers", "PyTorch"),
+        experiment_kwargs={"pooling": pooling, **dict(experiment_kwargs or {})},
+    )
+    return wrapper

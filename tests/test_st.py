@@ -1,0 +1,323 @@
+"""sentence-transformers' door: convert, save, load, and encode exactly as nosink's own encode()."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny import WORDS, tiny_decoder, tiny_tokenizer
+
+pytest.importorskip("sentence_transformers")
+
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Pooling
+
+import nosink
+from nosink import EncoderFromDecoder
+from nosink.models.st import (
+    NosinkPooling,
+    NosinkTransformer,
+    load_sentence_transformer,
+    mteb_model,
+    to_sentence_transformer,
+)
+
+TEXTS = ["the cat sat on the mat", "a dog ran", "paris is the capital of france", "i", "we love very good food"]
+PROMPTS = {"query": "what is ", "sts": "how good is "}
+# Families with and without a BOS token in their (tiny) tokenizer: Qwen's has none, so "auto" adds no sink token.
+BOS = {"llama": True, "qwen2": False, "gpt2": True}
+
+
+def make(family="llama", spec="F* | M0B*2", sink_token="auto", seed=0):
+    return EncoderFromDecoder(tiny_decoder(family, seed=seed), spec, tiny_tokenizer(BOS[family]), sink_token=sink_token)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("sink_token", ["auto", "none"])
+@pytest.mark.parametrize("pooling", ["mean", "weighted_mean", "last"])
+def test_saved_and_loaded_model_encodes_like_nosink(tmp_path, family, sink_token, pooling):
+    encoder = make(family, sink_token=sink_token)
+    expected = encoder.encode(TEXTS, instruction=PROMPTS["query"], pooling=pooling)
+    for side in ("right", "left"):
+        model = to_sentence_transformer(encoder, PROMPTS, pooling=pooling, padding_side=side)
+        np.testing.assert_allclose(model.encode(TEXTS, prompt_name="query", batch_size=2), expected, atol=1e-5)
+        model.save(str(tmp_path / side))
+        loaded = load_sentence_transformer(tmp_path / side)
+        assert isinstance(loaded[1], NosinkPooling) and loaded[1].pooling == pooling
+        assert loaded[0].padding_side == side
+        assert loaded[0].encoder.sink_token == sink_token
+        got = loaded.encode(TEXTS, prompt_name="query", batch_size=3)
+        # nosink's own loader of the same folder is the reference: transformers reloads the tiny word-level
+        # tokenizer saved beside a qwen2 config as a Qwen2Tokenizer (other ids), so qwen2 differs from `expected`
+        reloaded = EncoderFromDecoder.from_pretrained(tmp_path / side)
+        np.testing.assert_allclose(got, reloaded.encode(TEXTS, PROMPTS["query"], pooling=pooling), atol=1e-5)
+        if family != "qwen2":
+            np.testing.assert_allclose(got, expected, atol=1e-5)
+    # the instruction is excluded from pooling but read by the model: without it the vectors differ
+    assert np.abs(encoder.encode(TEXTS, pooling=pooling) - expected).max() > 1e-4
+
+
+def test_prompt_prompt_name_and_default_prompt():
+    encoder = make()
+    model = to_sentence_transformer(encoder, PROMPTS, default_prompt_name="sts")
+    sts = encoder.encode(TEXTS, instruction=PROMPTS["sts"])
+    np.testing.assert_allclose(model.encode(TEXTS), sts, atol=1e-5)  # the default prompt
+    np.testing.assert_allclose(model.encode(TEXTS, prompt_name="sts"), sts, atol=1e-5)
+    other = "where is "
+    np.testing.assert_allclose(model.encode(TEXTS, prompt=other), encoder.encode(TEXTS, other), atol=1e-5)
+    np.testing.assert_allclose(model.encode(TEXTS, prompt=""), encoder.encode(TEXTS), atol=1e-5)
+    one = model.encode("a dog ran", prompt_name="query")
+    assert one.shape == (32,)
+    np.testing.assert_allclose(one, encoder.encode("a dog ran", PROMPTS["query"]), atol=1e-5)
+    assert model.prompts["query"] == PROMPTS["query"]
+    np.testing.assert_allclose(model.encode_query(TEXTS), encoder.encode(TEXTS, PROMPTS["query"]), atol=1e-5)
+
+
+def test_sentence_transformers_pooling_and_include_prompt():
+    # nosink's input module sets prompt_length (sink token + prompt), so sentence-transformers' own Pooling
+    # with include_prompt=False pools the text tokens only; include_prompt=True pools every real token.
+    encoder = make()
+    tok = encoder.tokenizer
+    prompt = PROMPTS["query"]
+    for mode, ours in (("mean", "mean"), ("lasttoken", "last")):
+        for side in ("right", "left"):
+            first = NosinkTransformer(encoder, padding_side=side)
+            model = SentenceTransformer(modules=[first, Pooling(32, mode, include_prompt=False)], device="cpu")
+            expected = encoder.encode(TEXTS, prompt, pooling=ours)
+            np.testing.assert_allclose(model.encode(TEXTS, prompt=prompt), expected, atol=1e-5)
+    model = SentenceTransformer(modules=[NosinkTransformer(encoder), Pooling(32, "mean")], device="cpu")
+    text = "the cat sat"
+    ids = [tok.bos_token_id] + tok(prompt + text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        every = encoder(torch.tensor([ids])).last_hidden_state[0].mean(0).numpy()
+    got = model.encode(text, prompt=prompt)
+    np.testing.assert_allclose(got, every, atol=1e-5)
+    assert np.abs(got - encoder.encode(text, prompt)).max() > 1e-4
+
+
+def test_preprocess_marks_text_tokens_and_prompt_length():
+    first = NosinkTransformer(make(), padding_side="left")
+    features = first.preprocess(["cat", "the cat"], prompt="what is ")
+    assert features["prompt_length"] == 3  # <s> what is
+    assert features["input_ids"].tolist() == [[0, 1, 41, 20, 6], [1, 41, 20, 4, 6]]
+    assert features["text_mask"].tolist() == [[False] * 4 + [True], [False] * 3 + [True, True]]
+    assert features["attention_mask"].tolist() == [[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+
+
+def test_similarity_normalize_and_token_embeddings():
+    encoder = make()
+    model = to_sentence_transformer(encoder, PROMPTS, normalize=True)
+    vectors = model.encode(TEXTS, prompt_name="query")
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    ours = encoder.encode(TEXTS, PROMPTS["query"], normalize_embeddings=True)
+    np.testing.assert_allclose(vectors, ours, atol=1e-5)
+    sims = model.similarity(vectors, vectors).numpy()
+    np.testing.assert_allclose(sims, ours @ ours.T, atol=1e-5)
+    assert model.get_embedding_dimension() == 32
+    # sentence-transformers' token_embeddings keep every real token (sink token and prompt too)
+    tokens = model.encode(["a dog ran"], prompt_name="query", output_value="token_embeddings")[0]
+    assert tokens.shape == (1 + 2 + 3, 32)
+    text_tokens = encoder.encode(["a dog ran"], PROMPTS["query"], output_value="token_embeddings")[0]
+    np.testing.assert_allclose(tokens[3:].numpy(), text_tokens, atol=1e-5)
+
+
+def test_the_model_runs_the_decoders_own_tensors():
+    encoder = make()
+    model = encoder.to_sentence_transformer(PROMPTS)
+    decoder_ptrs = {p.data_ptr() for p in encoder.decoder.parameters()}
+    assert {p.data_ptr() for p in model.parameters()} == decoder_ptrs
+    assert nosink.to_sentence_transformer is to_sentence_transformer
+
+
+def test_saved_folder_is_a_sentence_transformers_folder_and_an_encoder_folder(tmp_path):
+    encoder = make(spec="F*2 | B | M0B")
+    to_sentence_transformer(encoder, PROMPTS, pooling="weighted_mean", max_seq_length=64).save(str(tmp_path))
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    assert [m["type"] for m in modules] == ["nosink.models.st.NosinkTransformer", "nosink.models.st.NosinkPooling"]
+    config = json.loads((tmp_path / "config_sentence_transformers.json").read_text())
+    assert config["prompts"]["query"] == PROMPTS["query"] and config["prompts"]["sts"] == PROMPTS["sts"]
+    assert json.loads((tmp_path / "nosink.json").read_text())["spec"] == "F*2 | B | M0B"
+    module_config = json.loads((tmp_path / "nosink_st_config.json").read_text())
+    assert module_config == {"max_seq_length": 64, "padding_side": "right"}
+    assert (tmp_path / "model.safetensors").is_file()
+    # the root is nosink's own saved-encoder folder too
+    again = EncoderFromDecoder.from_pretrained(tmp_path)
+    assert again.spec == encoder.spec
+    np.testing.assert_allclose(again.encode(TEXTS, "what is "), encoder.encode(TEXTS, "what is "), atol=1e-6)
+    # sentence-transformers 6 imports module classes of other packages only when trusted
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(str(tmp_path))
+    half = load_sentence_transformer(tmp_path, model_kwargs={"dtype": torch.bfloat16})
+    assert half[0].encoder.parts.embed_tokens.weight.dtype == torch.bfloat16
+    trusted = SentenceTransformer(str(tmp_path), trust_remote_code=True)
+    assert trusted.max_seq_length == 64
+    expected = encoder.encode(TEXTS, PROMPTS["sts"], pooling="weighted_mean")
+    np.testing.assert_allclose(trusted.encode(TEXTS, prompt_name="sts"), expected, atol=1e-5)
+
+
+def test_load_refuses_folders_naming_other_code(tmp_path):
+    to_sentence_transformer(make()).save(str(tmp_path))
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_Evil", "type": "evil_package.Module"})
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match=r"evil_package\.Module"):
+        load_sentence_transformer(tmp_path)
+    with pytest.raises(OSError, match=r"modules\.json"):
+        load_sentence_transformer(tmp_path / "absent")
+
+
+def test_bad_arguments():
+    encoder = make()
+    with pytest.raises(ValueError, match="unknown pooling 'max'"):
+        to_sentence_transformer(encoder, pooling="max")
+    with pytest.raises(ValueError, match="padding_side"):
+        to_sentence_transformer(encoder, padding_side="middle")
+    with pytest.raises(ValueError, match="no tokenizer"):
+        NosinkTransformer(EncoderFromDecoder(tiny_decoder("llama"), "F*"))
+    model = to_sentence_transformer(encoder, max_seq_length=3)
+    with pytest.raises(ValueError, match="no room for text"):
+        model.encode(TEXTS, prompt="what is ")
+    # truncation as encode(max_length=...) does it
+    short = to_sentence_transformer(encoder, max_seq_length=4)
+    np.testing.assert_allclose(short.encode(TEXTS), encoder.encode(TEXTS, max_length=4), atol=1e-5)
+
+
+def test_a_saved_folder_loads_in_a_clean_process(tmp_path):
+    encoder = make("gpt2", spec="F* | M0B*3")
+    to_sentence_transformer(encoder, PROMPTS, pooling="last").save(str(tmp_path / "model"))
+    script = (
+        "import json, sys, nosink\n"
+        "model = nosink.load_sentence_transformer(sys.argv[1])\n"
+        "vectors = model.encode(json.loads(sys.argv[2]), prompt_name='query')\n"
+        "print(json.dumps(vectors.tolist()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "model"), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,  # not the checkout: nosink must come from the installed package
+        env={"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    got = np.array(json.loads(out.stdout.strip().splitlines()[-1]), dtype=np.float32)
+    np.testing.assert_allclose(got, encoder.encode(TEXTS, PROMPTS["query"], pooling="last"), atol=1e-5)
+
+
+def test_nosink_imports_without_sentence_transformers():
+    script = (
+        "import sys\n"
+        "sys.modules['sentence_transformers'] = None  # as if not installed\n"
+        "import nosink\n"
+        "from nosink import *\n"
+        "assert 'to_sentence_transformer' not in nosink.__all__\n"
+        "try:\n"
+        "    nosink.to_sentence_transformer\n"
+        "except ImportError as err:\n"
+        "    print('ImportError', err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "ImportError" in out.stdout and "sentence_transformers" in out.stdout
+
+
+def _write_stsb(root: Path) -> list:
+    """A tiny STSBenchmark copy in the shared folder's format (stsb/sts-test.csv)."""
+    rng = random.Random(0)
+    words = lambda: " ".join(rng.choice(WORDS) for _ in range(5))  # noqa: E731
+    pairs = [(words(), words(), round(rng.uniform(0, 5), 2)) for _ in range(16)]
+    lines = [f"main-news\tfile\t2012\t{i:04d}\t{s:.2f}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs)]
+    (root / "stsb").mkdir(parents=True)
+    (root / "stsb" / "sts-test.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return pairs
+
+
+def _paper_prompts():
+    from nosink.evals.mteb_eval import PAPER_TASKS, format_instruction
+
+    # Retrieval documents get no instruction (the paper's protocol): "<task>-document" wins over "<task>".
+    prompts = {task: format_instruction(instruction) for task, instruction in PAPER_TASKS.items()}
+    return prompts | {f"{task}-document": "" for task in PAPER_TASKS}
+
+
+def test_mteb_evaluates_the_sentence_transformer_under_its_own_name(tmp_path):
+    mteb = pytest.importorskip("mteb")
+    from scipy.stats import spearmanr
+
+    from nosink.evals.mteb_eval import load_local_data
+
+    pairs = _write_stsb(tmp_path / "data")
+    task = mteb.get_task("STSBenchmark")
+    assert load_local_data(task, tmp_path / "data") is not None
+    encoder = make()
+    model = mteb_model(to_sentence_transformer(encoder), _paper_prompts(), languages=["eng-Latn"])
+    meta = model.mteb_model_meta
+    assert meta.name == "nosink/llama" and meta.revision == "no_revision_available"
+    assert meta.embed_dim == 32 and meta.languages == ["eng-Latn"] and meta.use_instructions
+    assert meta.n_parameters == sum(p.numel() for p in encoder.parameters())
+    assert meta.experiment_kwargs == {"spec": "F* | M0B*2", "pooling": "mean"}
+    from mteb.models.abs_encoder import get_prompt_name
+    from mteb.types import PromptType
+
+    scifact = mteb.get_task("SciFact").metadata
+    assert model.model_prompts[get_prompt_name(model.model_prompts, scifact, PromptType.document)] == ""
+    assert "scientific claim" in model.model_prompts[get_prompt_name(model.model_prompts, scifact, PromptType.query)]
+    result = mteb.evaluate(
+        model,
+        task,
+        cache=mteb.ResultCache(tmp_path / "out"),
+        co2_tracker=False,
+        show_progress_bar=False,
+        encode_kwargs={"batch_size": 8},
+    )
+    assert result.model_name == "nosink/llama"
+    (task_result,) = result.task_results
+    prompt = _paper_prompts()["STSBenchmark"]
+    a = encoder.encode([p[0] for p in pairs], prompt)
+    b = encoder.encode([p[1] for p in pairs], prompt)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert task_result.get_score() == pytest.approx(spearmanr([p[2] for p in pairs], cos)[0], abs=1e-6)
+    files = list((tmp_path / "out").rglob("STSBenchmark.json"))
+    assert len(files) == 1 and "nosink__llama" in str(files[0])
+
+
+def test_real_smollm2_matches_nosink_and_runs_mteb(smollm2_path, tmp_path):
+    from nosink.evals.mteb_eval import PAPER_TASKS, format_instruction
+
+    encoder = EncoderFromDecoder.from_pretrained(smollm2_path, spec="F* | M0B*10", dtype=torch.float32)
+    prompts = {"sts": format_instruction(PAPER_TASKS["STSBenchmark"]), "query": "Query: "}
+    texts = ["A man is playing a guitar.", "Someone is strumming a guitar.", " leading space", "Hi"]
+    model = to_sentence_transformer(encoder, prompts)
+    model.save(str(tmp_path / "smol"))
+    loaded = load_sentence_transformer(tmp_path / "smol")
+    for name, prompt in prompts.items():
+        expected = encoder.encode(texts, prompt)
+        np.testing.assert_allclose(loaded.encode(texts, prompt_name=name), expected, atol=1e-5)
+    # "Query: " tokenized alone ends in a space token that the joint tokenization merges into the text:
+    # sentence-transformers' prompt length from the lone prompt would drop the first text token.
+    features = loaded[0].preprocess(["A man"], prompt="Query: ")
+    alone = len(encoder.tokenizer("Query: ", add_special_tokens=False)["input_ids"])
+    assert features["prompt_length"] == 1 + alone - 1
+
+
+def test_real_smollm2_through_run_mteb_scores_like_nosinks_own_mteb_encoder(smollm2_path, tmp_path):
+    # The existing run_mteb takes any mteb-ready model: the sentence-transformers path on a small subset of
+    # the local STSBenchmark copy must score what nosink's own mteb encoder scores on the same subset.
+    from nosink.evals.mteb_eval import run_mteb
+
+    data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (data / "stsb").is_dir():
+        pytest.skip("../shared/data/stsb is absent")
+    encoder = EncoderFromDecoder.from_pretrained(smollm2_path, spec="F* | M0B*10", dtype=torch.float32)
+    model = mteb_model(to_sentence_transformer(encoder), _paper_prompts(), experiment_kwargs={"limit": 16})
+    via_st = run_mteb(model, ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "st", limit=16)
+    own = run_mteb(encoder, ["STSBenchmark"], data_dir=data, out_dir=tmp_path / "own", limit=16)
+    st_task, own_task = via_st["tasks"]["STSBenchmark"], own["tasks"]["STSBenchmark"]
+    assert st_task["status"] == own_task["status"] == "ok"
+    (st_score,) = st_task["scores"].values()
+    (own_score,) = own_task["scores"].values()
+    assert st_score == pytest.approx(own_score, abs=1e-4)
+    (file,) = (tmp_path / "st").rglob("STSBenchmark.json")
+    assert "nosink__" in str(file) and "spec_F" in str(file)
