@@ -269,7 +269,7 @@ class EncoderFromDecoder(nn.Module):
         """
         from .loading import save_encoder
 
-        save_encoder(self, directory, {"spec": str(self.spec), "sink_token": self.sink_token})
+        save_encoder(self, directory)
 
     # ------------------------------------------------------------------ the layer loop
 

@@ -47,6 +47,7 @@ __all__ = [
     "read_saved",
     "replacing",
     "save_encoder",
+    "write_encoder_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ def check_weights(folder: Path) -> None:
             ) from None
 
 
-def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str], meta: dict[str, Any]) -> Path:
+def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str]) -> Path:
     """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
 
     The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
@@ -183,15 +184,31 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str],
                 f"{printable(str(directory))} is not empty and holds no {SAVED_FILE}: refusing to replace a folder "
                 "that is not a saved encoder; save to a new or empty folder"
             )
+    with replacing(directory) as partial:
+        write_encoder_files(encoder, partial)
+    return directory
+
+
+def write_encoder_files(encoder: EncoderFromDecoder, folder: Path) -> None:
+    """Write the encoder's files into ``folder`` as they are, beside whatever else it holds.
+
+    The building block of :func:`save_encoder` (which writes into a fresh sibling and swaps it in);
+    on its own it suits a folder that another library owns and writes to as well, such as a
+    sentence-transformers model's root folder.
+    """
     decoder = encoder.decoder
     make_serializable(decoder)
-    meta = {"format": FORMAT, **meta, "model_type": decoder.config.model_type, "num_hidden_layers": encoder.parts.depth}
-    with replacing(directory) as partial:
-        decoder.save_pretrained(partial, safe_serialization=True)
-        if encoder.tokenizer is not None:
-            encoder.tokenizer.save_pretrained(partial)
-        (partial / SAVED_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return directory
+    meta = {
+        "format": FORMAT,
+        "spec": str(encoder.spec),
+        "sink_token": encoder.sink_token,
+        "model_type": decoder.config.model_type,
+        "num_hidden_layers": encoder.parts.depth,
+    }
+    decoder.save_pretrained(folder, safe_serialization=True)
+    if encoder.tokenizer is not None:
+        encoder.tokenizer.save_pretrained(folder)
+    (folder / SAVED_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 @contextmanager

@@ -33,7 +33,9 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Module, Normalize
 
+from . import texts as _texts
 from .encoder import EncoderFromDecoder
+from .loading import write_encoder_files
 from .pooling import POOLINGS, Pooling, pool
 
 __all__ = [
@@ -57,24 +59,15 @@ def _tokenize_batch(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(input_ids, attention_mask, text_mask)`` for ``[sink] + prompt + text`` rows, as ``encode()`` builds them.
 
-    The only place this module reaches into the encoder's text pipeline (its sink token, its
-    prompt/text split and its padding): switch it to ``nosink.models.texts`` when that lands.
+    Goes through the one text pipeline, :mod:`nosink.models.texts` (sink token, prompt/text split by
+    offsets, truncation and its warning, padding), in input order.
 
     Raises:
         ValueError: if the sink token and prompt leave no room for text within ``max_length``.
     """
-    sink = encoder.sink_ids()
-    rows = []
-    for text in texts:
-        head, body = encoder._split(prompt, text)
-        room = max_length - len(sink) - len(head)
-        if room < 1:
-            raise ValueError(
-                f"the sink token and prompt take {len(sink) + len(head)} tokens, leaving no room for text "
-                f"within max_seq_length={max_length}"
-            )
-        rows.append((sink + head, body[:room]))
-    return encoder._pad(rows, padding_side)
+    tokens = _texts.tokenize(encoder.tokenizer, texts, prompt, sink=encoder.sink_ids(), max_length=max_length)
+    _texts.warn_about(tokens, max_length, caller="SentenceTransformer.encode()")
+    return _texts.pad(tokens, range(len(texts)), _texts.pad_id(encoder.tokenizer), padding_side)
 
 
 class NosinkTransformer(InputModule):
@@ -179,7 +172,8 @@ class NosinkTransformer(InputModule):
             safe_serialization: ignored: weights are always written as safetensors.
             **kwargs: unused.
         """
-        self.encoder.save_pretrained(output_path)
+        # The root folder is sentence-transformers' (modules.json, its configs): write beside its files.
+        write_encoder_files(self.encoder, Path(output_path))
         self.save_config(output_path)
 
     @classmethod
