@@ -86,11 +86,12 @@ Step = LayerStep | Fork | Merge
 
 @dataclass(frozen=True)
 class Plan:
-    """A spec resolved against a model of ``depth`` layers."""
+    """A spec resolved against a model of ``depth`` layers (and its sliding ``windows``, if given)."""
 
     spec: Spec
     depth: int
     steps: tuple[Step, ...]
+    windows: tuple[int | None, ...] | None = None  # the per-layer windows it was resolved with
 
     @property
     def layer_steps(self) -> tuple[LayerStep, ...]:
@@ -225,7 +226,7 @@ def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None)
         elif item.op == "EXTEND":
             steps.extend(step(depth - 1, kind, MAIN, "extend") for kind in expand(item.segments))
     steps.extend(Merge(f"extra{e}", MAIN) for e in range(len(extras)))
-    return Plan(spec, depth, tuple(steps))
+    return Plan(spec, depth, tuple(steps), windows)
 
 
 def _is_extra_or_extend(item: Segment | Block) -> bool:
