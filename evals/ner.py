@@ -26,7 +26,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from nosink import EncoderFromDecoder, Spec
-from nosink.layerspec import as_spec
+from nosink.layerspec import Plan
 from nosink.models.texts import batches, first_tokens, join_words, pad, pad_id, tokenize
 
 __all__ = [
@@ -173,14 +173,15 @@ def word_features(
     ]
 
     # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
-    names = [str(as_spec(spec)) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
+    runs = [encoder.plan_for(spec) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
+    names = [str(run.spec) if isinstance(run, Plan) else run for run in runs]  # compiled once, run per batch
     feats: dict[str, list[torch.Tensor]] = {n: [None] * len(sentences) for n in names}  # type: ignore[list-item]
     pad_value = pad_id(tok)
     groups = batches(tokens.lengths, config.extract_batch_size)
     with torch.inference_mode():
         for idx in tqdm(groups, desc="NER features", disable=not show_progress_bar, unit="batch"):
             ids, mask, _ = pad(tokens, idx, pad_value)  # right padding: word indices count from the row's start
-            for name, hidden in encoder.forward_specs(ids, mask, names).items():
+            for name, hidden in encoder.forward_specs(ids, mask, runs).items():
                 hidden = hidden.float().cpu()
                 for r, i in enumerate(idx):
                     keep = [f for f in firsts[i] if f is not None]

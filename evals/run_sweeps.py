@@ -13,7 +13,7 @@ from nosink import EncoderFromDecoder
 from .ner import NERConfig, Sentence, evaluate_ner
 from .sweeps import Candidate, best, family_specs, plot_sweep, write_table
 
-__all__ = ["candidates_for", "mteb_sweep", "ner_sweep"]
+__all__ = ["candidates_for", "mteb_sweep", "ner_sweep", "refine_suggestion"]
 
 logger = logging.getLogger(__name__)
 

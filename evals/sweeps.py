@@ -13,6 +13,7 @@ bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nosink import Spec, presets
+from nosink.layerspec.checks import positive_int
 
 __all__ = [
     "CONFIGS",
@@ -32,19 +34,12 @@ __all__ = [
     "write_table",
 ]
 
-# The sweepable configurations: paper name -> spec for k converted layers.
+# The sweepable configurations: paper name -> spec for k converted layers, i.e. every preset whose only
+# parameter is k (BASELINE and MASK0-ALL take none; MASK0&BIDIR takes k and k0 and is swept on its own grid).
 CONFIGS: dict[str, Callable[[int], Spec]] = {
-    "INPLACE-BIDIR": presets.inplace_bidir,
-    "INPLACE-BACK": presets.inplace_back,
-    "INTER-BIDIR": presets.inter_bidir,
-    "INTER-BACK": presets.inter_back,
-    "EXTRA-BIDIR": presets.extra_bidir,
-    "EXTRA-BACK": presets.extra_back,
-    "EXTEND-BIDIR": presets.extend_bidir,
-    "EXTEND-BACK": presets.extend_back,
-    "MASK0-FOR": presets.mask0_for,
-    "MASK0-BIDIR": presets.mask0_bidir,
+    name: preset for name, preset in presets.PRESETS.items() if list(inspect.signature(preset).parameters) == ["k"]
 }
+EXTEND_MAX_K = 5  # the paper stops EXTEND at 5 extra layers
 
 
 @dataclass(frozen=True)
@@ -74,27 +69,44 @@ def family_specs(
     """The specs of one configuration family on a model of ``depth`` layers.
 
     ``BASELINE`` is one spec; ``MASK0&BIDIR`` takes every (k, k0) with k0 <= k from ``ks`` x ``k0s``
-    (default k0s: 1, 2, 3). EXTRA and EXTEND are limited to k <= depth and 5 respectively (the paper
-    stops EXTEND at 5).
+    (default k0s: 1, 2, 3). EXTEND is limited to k <= 5 (the paper stops EXTEND at 5).
 
     Raises:
-        ValueError: for an unknown configuration.
+        ValueError: for an unknown configuration, a k or k0 that is not an integer from 1 to ``depth``,
+            or a grid that gives the family no spec at all (EXTEND with every k above 5, say).
     """
-    ks = sorted(set(ks if ks is not None else default_ks(depth)))
+    positive_int(depth, "depth")
     key = config.upper().replace("MASKO", "MASK0")
     if key == "BASELINE":
         return [Candidate("BASELINE", 0, presets.baseline())]
-    if key == "MASK0&BIDIR":
-        k0s = sorted(set(k0s if k0s is not None else [1, 2, 3]))
-        return [
-            Candidate(key, k, presets.mask0_and_bidir(k, k0), k0) for k0 in k0s for k in ks if 1 <= k0 <= k <= depth
-        ]
-    if key not in CONFIGS:
+    if key != "MASK0&BIDIR" and key not in CONFIGS:
         raise ValueError(
             f"unknown configuration {config!r}; expected BASELINE, MASK0&BIDIR or one of {sorted(CONFIGS)}"
         )
-    limit = 5 if key.startswith("EXTEND") else depth
-    return [Candidate(key, k, CONFIGS[key](k)) for k in ks if 1 <= k <= limit]
+    ks = _grid(ks if ks is not None else default_ks(depth), "ks", depth)
+    if key == "MASK0&BIDIR":
+        k0s = _grid(k0s if k0s is not None else [k0 for k0 in (1, 2, 3) if k0 <= depth], "k0s", depth)
+        out = [Candidate(key, k, presets.mask0_and_bidir(k, k0), k0) for k0 in k0s for k in ks if k0 <= k]
+    else:
+        limit = EXTEND_MAX_K if key.startswith("EXTEND") else depth
+        out = [Candidate(key, k, CONFIGS[key](k)) for k in ks if k <= limit]
+    if not out:
+        why = f"EXTEND stops at k={EXTEND_MAX_K}" if key.startswith("EXTEND") else "every k0 is above every k"
+        raise ValueError(
+            f"{key} has no spec for ks={ks}" + (f", k0s={k0s}" if key == "MASK0&BIDIR" else "") + f": {why}"
+        )
+    return out
+
+
+def _grid(values: Iterable[int], name: str, depth: int) -> list[int]:
+    # A value outside 1..depth would be dropped without a word (a sweep then runs only BASELINE): refuse it.
+    values = list(values)
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= depth]
+    if bad or not values:
+        raise ValueError(
+            f"{name} {bad if bad else values} out of range: each must be an integer from 1 to the model's depth {depth}"
+        )
+    return sorted(set(values))
 
 
 def best(candidates: Sequence[Candidate], metric: str) -> dict[str, Candidate]:

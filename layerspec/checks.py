@@ -20,7 +20,7 @@ def positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
         ValueError: naming ``name``, what was given and what is accepted.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        wanted = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {wanted}, got {printable(repr(value))}")
     return value
 

@@ -21,7 +21,7 @@ import torch
 
 from .grammar import parse_spec
 from .masks import build_mask
-from .plan import Fork, LayerStep, Merge, Plan
+from .plan import MAIN, Fork, LayerStep, Merge, Plan
 from .spec import Kind
 
 __all__ = ["kind_colour", "mask_svg", "plan_svg"]
@@ -127,8 +127,8 @@ def plan_svg(plan: Plan, title: str | None = None) -> str:
         title: a caption above the diagram (default: the plan's spec).
     """
     depth = plan.depth
-    columns: dict[str, int] = {"main": 0}
-    level: dict[str, float] = {"main": -1.0}  # where each stream's latest element sits; -1 = embeddings
+    columns: dict[str, int] = {MAIN: 0}
+    level: dict[str, float] = {MAIN: -1.0}  # where each stream's latest element sits; -1 = embeddings
     extend = 0
     boxes: list[tuple[int, float, LayerStep]] = []
     links: list[tuple[int, float, int, float]] = []  # (col, level) -> (col, level)
@@ -156,8 +156,8 @@ def plan_svg(plan: Plan, title: str | None = None) -> str:
             merges.append((tcol, y))
             level[step.target] = y
             del level[step.source]
-    top_level = max(level["main"], float(depth + extend - 1)) + 1
-    links.append((0, level["main"], 0, top_level))
+    top_level = max(level[MAIN], float(depth + extend - 1)) + 1
+    links.append((0, level[MAIN], 0, top_level))
 
     col_w, row_h, box_w, box_h, margin = 120, 36, 96, 22, 20
     head = 30

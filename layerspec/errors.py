@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .checks import printable
+
 __all__ = ["SpecError"]
 
 _WIDTH = 72  # longer specs are shown as a window of this many characters around the column
@@ -34,17 +36,27 @@ class SpecError(ValueError):
         self.expected = expected
         super().__init__(self._render())
 
+    def at(self, spec: str, column: int) -> SpecError:
+        """The same error, located at ``column`` of ``spec`` (how the parser places a value's error)."""
+        return type(self)(self.problem, spec, column, self.expected)
+
     def _render(self) -> str:
-        head = self.problem
+        # Every piece that may quote input goes through printable(): a spec read from a file or the
+        # command line must not drive the terminal that shows the message.
+        head = printable(self.problem)
         if self.column is not None:
             head += f" at column {self.column}"
         if self.expected:
-            head += f"; expected {self.expected}"
+            head += f"; expected {printable(self.expected)}"
         if not self.spec and self.column is None:
             return head
-        # Any whitespace (tabs, newlines) is shown as one space so the caret lines up.
-        shown = "".join(" " if ch.isspace() else ch for ch in self.spec)
-        caret = self.column - 1 if self.column is not None else None
+        # Whitespace (tabs, newlines) is shown as one space and any other unprintable character as its
+        # escape (``\x1b``); the caret moves with the text before it, so it stays under its character.
+        pieces = [" " if ch.isspace() else printable(ch) for ch in self.spec]
+        shown = "".join(pieces)
+        caret = None
+        if self.column is not None:
+            caret = sum(map(len, pieces[: self.column - 1]))
         if len(shown) > _WIDTH:  # show a window around the column, like lark's get_context()
             start = max(0, min((caret or 0) - _WIDTH // 2, len(shown) - _WIDTH))
             end = start + _WIDTH

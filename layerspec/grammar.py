@@ -30,10 +30,12 @@ Every malformed input raises :class:`~nosink.layerspec.errors.SpecError`, and no
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import SpecError
-from .spec import MAX_COUNT, MAX_SINK, Block, Item, Kind, Segment, Spec, check_items
+from .spec import Block, Item, Kind, Segment, Spec, check_count, check_in_block, check_items, check_sink
 
 __all__ = ["as_spec", "parse_spec"]
 
@@ -93,6 +95,14 @@ class _Parser:
     def fail(self, problem: str, tok: _Token, expected: str | None = None) -> SpecError:
         return SpecError(problem, self.text, tok.column, expected)
 
+    @contextmanager
+    def at(self, tok: _Token) -> Iterator[None]:
+        """Place the errors of the value classes' own checks at ``tok``'s column."""
+        try:
+            yield
+        except SpecError as err:
+            raise err.at(self.text, tok.column) from None
+
     def describe(self, tok: _Token) -> str:
         return "end of spec" if tok.type == "end" else _quote(tok.text)
 
@@ -132,8 +142,8 @@ class _Parser:
             if tok.type == "name" and tok.text.upper() in _BLOCKS:
                 raise self.fail(f"{tok.text.upper()}(...) cannot be nested inside {op}(...)", tok, _SEGMENT_EXPECTED)
             seg = self.segment(_SEGMENT_EXPECTED)
-            if seg.is_fill and op != "INTER":
-                raise self.fail(f"a count-less segment cannot go inside {op}(...)", tok, "a count such as '*3'")
+            with self.at(tok):
+                check_in_block(op, seg)
             segments.append(seg)
             tok = self.take()
             if tok.type == ")":
@@ -156,12 +166,8 @@ class _Parser:
                 return Segment(kind, None)
             raise self.fail(f"unexpected {self.describe(tok)} after '*'", tok, "a count, or nothing to fill the depth")
         self.take()
-        count = _to_int(tok.text)
-        if count < 1:
-            raise self.fail(f"layer count {_quote(tok.text)} is not positive", tok, "a count of at least 1")
-        if count > MAX_COUNT:
-            raise self.fail(f"layer count {_quote(tok.text)} is too large", tok, f"at most {MAX_COUNT}")
-        return Segment(kind, count)
+        with self.at(tok):
+            return Segment(kind, check_count(_to_int(tok.text), shown=_quote(tok.text)))
 
     def kind(self, tok: _Token, expected: str) -> Kind:
         name = tok.text.upper()
@@ -180,10 +186,8 @@ class _Parser:
                 else (f"sink mask {_quote(tok.text)} has unknown direction {_quote(suffix)}")
             )
             raise self.fail(problem, tok, "M<n>F or M<n>B")
-        sink = _to_int(digits)
-        if sink > MAX_SINK:
-            raise self.fail(f"sink size {_quote(digits)} is too large", tok, f"at most {MAX_SINK}")
-        return Kind(suffix, sink)  # type: ignore[arg-type]
+        with self.at(tok):
+            return Kind(suffix, check_sink(_to_int(digits), shown=_quote(digits)))  # type: ignore[arg-type]
 
 
 def as_spec(spec: str | Spec) -> Spec:

@@ -1,9 +1,10 @@
 """Compile a :class:`~nosink.layerspec.spec.Spec` for a model depth into a flat plan.
 
 A plan is what the encoder's forward loop reads: a tuple of steps over named streams
-(hidden-state tensors), never spec syntax. ``"main"`` starts as the embeddings.
+(hidden-state tensors), never spec syntax. :data:`MAIN` (``"main"``) starts as the embeddings.
 
-- :class:`LayerStep`: run decoder layer ``layer`` with mask ``kind`` on ``stream``.
+- :class:`LayerStep`: run decoder layer ``layer`` with mask ``kind`` on ``stream``, keeping the
+  stock sliding ``window`` when the step has one.
 - :class:`Fork`: ``target`` becomes a copy of ``source`` (a branch starts).
 - :class:`Merge`: ``target += source``; ``source`` is no longer needed.
 
@@ -18,19 +19,30 @@ step  stream  layer  kind  role
    5  inter       2  R     inter
    6  inter       3  R     inter
    7  merge   inter -> main
+
+Resolved against a decoder's per-layer sliding windows (``windows=``), plain forward steps keep their
+layer's window and converted steps drop it; the table then shows a window column.
+
+Limits, checked before anything proportional to them is built: a depth of at most :data:`MAX_DEPTH`
+(4096) layers, and at most :data:`STEPS_PER_LAYER` (32) steps per layer of the model in all (forks and
+merges included), so ``EXTEND`` and ``EXTRA`` cannot turn a small spec into a huge loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .checks import positive_int
 from .errors import SpecError
 from .spec import Block, Kind, Segment, Spec
 
-__all__ = ["MAIN", "Fork", "LayerStep", "Merge", "Plan", "Role", "Step", "resolve"]
+__all__ = ["MAIN", "MAX_DEPTH", "STEPS_PER_LAYER", "Fork", "LayerStep", "Merge", "Plan", "Role", "Step", "resolve"]
 
-MAIN = "main"
+MAIN = "main"  # the stream that starts as the embeddings and reaches the final norm
+MAX_DEPTH = 4096  # far above any released decoder (hundreds of layers); a typo'd config fails fast
+STEPS_PER_LAYER = 32  # steps a plan may take per layer of the model (INTER doubles, each EXTRA adds <= 1)
 Role = Literal["stack", "inter", "extra", "extend"]
 
 
@@ -41,12 +53,16 @@ class LayerStep:
     ``role`` says why it runs: ``stack`` (its own position in the main stack, INTER's
     forward copy included), ``inter`` (INTER's converted stream), ``extra`` (an EXTRA
     branch) or ``extend`` (a layer appended on top, reusing the last layer's weights).
+    ``window`` is the stock sliding window the step keeps (``None``: none): a plain forward
+    step keeps its layer's own window, a converted step drops it (a bidirectional layer limited
+    to the past would not be bidirectional).
     """
 
     layer: int
     kind: Kind
     stream: str
     role: Role
+    window: int | None = None
 
 
 @dataclass(frozen=True)
@@ -70,11 +86,12 @@ Step = LayerStep | Fork | Merge
 
 @dataclass(frozen=True)
 class Plan:
-    """A spec resolved against a model of ``depth`` layers."""
+    """A spec resolved against a model of ``depth`` layers (and its sliding ``windows``, if given)."""
 
     spec: Spec
     depth: int
     steps: tuple[Step, ...]
+    windows: tuple[int | None, ...] | None = None  # the per-layer windows it was resolved with
 
     @property
     def layer_steps(self) -> tuple[LayerStep, ...]:
@@ -82,43 +99,58 @@ class Plan:
         return tuple(s for s in self.steps if isinstance(s, LayerStep))
 
     @property
-    def kinds(self) -> frozenset[Kind]:
-        """Every kind some step runs with: the masks one batch needs."""
-        return frozenset(s.kind for s in self.layer_steps)
-
-    @property
     def stack(self) -> tuple[Kind, ...]:
         """The kind of each main-stack position, bottom up (``len == depth``)."""
         return tuple(s.kind for s in self.layer_steps if s.role == "stack")
 
     def table(self) -> str:
-        """The plan as a fixed-width text table, one row per step."""
-        rows = ["step  stream  layer  kind  role"]
+        """The plan as a fixed-width text table, one row per step (a window column when a step has one)."""
+        windowed = any(isinstance(s, LayerStep) and s.window is not None for s in self.steps)
+        header = "step  stream  layer  kind  role"
+        rows = [f"{header:<32}  window" if windowed else header]
         for i, s in enumerate(self.steps):
             if isinstance(s, LayerStep):
-                rows.append(f"{i:>4}  {s.stream:<6} {s.layer:>6}  {s.kind!s:<5} {s.role}")
+                row = f"{i:>4}  {s.stream:<6} {s.layer:>6}  {s.kind!s:<5} {s.role}"
+                if windowed:
+                    row = f"{row:<32}  {'-' if s.window is None else s.window}"
+                rows.append(row)
             else:
                 op = "fork" if isinstance(s, Fork) else "merge"
                 rows.append(f"{i:>4}  {op:<7} {s.source} -> {s.target}")
         return "\n".join(rows)
 
 
-def resolve(spec: Spec, depth: int) -> Plan:
+def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None) -> Plan:
     """Resolve ``spec`` for a decoder with ``depth`` layers.
 
     Args:
         spec: a parsed spec.
-        depth: the decoder's number of layers (``config.num_hidden_layers``).
+        depth: the decoder's number of layers (``config.num_hidden_layers``), at most :data:`MAX_DEPTH`.
+        windows: the decoder's own sliding window per layer (``None`` for full attention), ``depth``
+            entries; plain forward steps keep theirs, converted steps drop it. ``None``: no windows.
 
     Returns:
-        The :class:`Plan`: which layer runs, with which kind, in which stream.
+        The :class:`Plan`: which layer runs, with which kind and window, in which stream.
 
     Raises:
-        SpecError: if the spec's positions do not add up to ``depth`` (or exceed it,
-            with a fill segment), or an EXTRA branch is deeper than the model.
+        SpecError: if ``depth`` is not an integer from 1 to :data:`MAX_DEPTH`, the spec's positions do
+            not add up to ``depth`` (or exceed it, with a fill segment), an EXTRA branch is deeper than
+            the model, or the plan would take more than :data:`STEPS_PER_LAYER` steps per layer.
+        ValueError: if ``windows`` does not hold ``depth`` positive integers or ``None``.
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise SpecError(f"model depth must be a positive integer, got {depth!r}")
+    try:
+        positive_int(depth, "model depth")
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+    if depth > MAX_DEPTH:
+        raise SpecError(f"model depth {depth} is more than nosink supports", expected=f"at most {MAX_DEPTH} layers")
+    if windows is not None:
+        windows = tuple(windows)
+        if len(windows) != depth:
+            raise ValueError(f"windows has {len(windows)} entries for a model of {depth} layers")
+        for w in windows:
+            if w is not None:
+                positive_int(w, "a sliding window")
     text = str(spec)
     placed = [seg for item in spec.items if not _is_extra_or_extend(item) for seg in _segs(item)]
     fixed = sum(seg.count for seg in placed if seg.count is not None)
@@ -137,43 +169,64 @@ def resolve(spec: Spec, depth: int) -> Plan:
         )
     fill = depth - fixed
 
-    def expand(segments: tuple[Segment, ...]) -> list[Kind]:
-        return [seg.kind for seg in segments for _ in range(fill if seg.count is None else seg.count)]
+    def size(segments: tuple[Segment, ...]) -> int:
+        return sum(fill if seg.count is None else seg.count for seg in segments)
 
-    steps: list[Step] = []
-    # EXTRA branches start from the embeddings, so they fork before the main stack runs.
+    # Count the steps before building any: a spec is short, but its counts multiply.
     extras = [item for item in spec.items if isinstance(item, Block) and item.op == "EXTRA"]
-    for e, block in enumerate(extras):
-        kinds = expand(block.segments)
-        if len(kinds) > depth:
+    for block in extras:
+        if size(block.segments) > depth:
             raise SpecError(
-                f"{block} runs the decoder's first {len(kinds)} layers but the model has {depth}",
+                f"{block} runs the decoder's first {size(block.segments)} layers but the model has {depth}",
                 text,
                 expected=f"at most {depth} layers inside EXTRA(...)",
             )
+    n_steps = depth + sum(size(b.segments) + 2 for b in extras)
+    for item in spec.items:
+        if isinstance(item, Block) and item.op == "INTER" and size(item.segments):
+            n_steps += size(item.segments) + 2  # the converted stream, its fork and its merge
+        elif isinstance(item, Block) and item.op == "EXTEND":
+            n_steps += size(item.segments)
+    if n_steps > STEPS_PER_LAYER * depth:
+        raise SpecError(
+            f"spec takes {n_steps} steps on a model of {depth} layers, more than nosink runs",
+            text,
+            expected=f"at most {STEPS_PER_LAYER} steps per layer ({STEPS_PER_LAYER * depth} here)",
+        )
+
+    def expand(segments: tuple[Segment, ...]) -> list[Kind]:
+        return [seg.kind for seg in segments for _ in range(fill if seg.count is None else seg.count)]
+
+    def step(layer: int, kind: Kind, stream: str, role: Role) -> LayerStep:
+        window = windows[layer] if windows is not None and kind.is_causal else None
+        return LayerStep(layer, kind, stream, role, window)
+
+    steps: list[Step] = []
+    # EXTRA branches start from the embeddings, so they fork before the main stack runs.
+    for e, block in enumerate(extras):
         name = f"extra{e}"
         steps.append(Fork(MAIN, name))
-        steps.extend(LayerStep(i, kind, name, "extra") for i, kind in enumerate(kinds))
+        steps.extend(step(i, kind, name, "extra") for i, kind in enumerate(expand(block.segments)))
 
     layer = 0
     for item in spec.items:
         if isinstance(item, Segment):
             for kind in expand((item,)):
-                steps.append(LayerStep(layer, kind, MAIN, "stack"))
+                steps.append(step(layer, kind, MAIN, "stack"))
                 layer += 1
         elif item.op == "INTER":
             kinds = expand(item.segments)
             if not kinds:  # an INTER whose only content is a fill of zero layers
                 continue
             steps.append(Fork(MAIN, "inter"))
-            steps.extend(LayerStep(layer + i, Kind("F"), MAIN, "stack") for i in range(len(kinds)))
-            steps.extend(LayerStep(layer + i, kind, "inter", "inter") for i, kind in enumerate(kinds))
+            steps.extend(step(layer + i, Kind("F"), MAIN, "stack") for i in range(len(kinds)))
+            steps.extend(step(layer + i, kind, "inter", "inter") for i, kind in enumerate(kinds))
             steps.append(Merge("inter", MAIN))
             layer += len(kinds)
         elif item.op == "EXTEND":
-            steps.extend(LayerStep(depth - 1, kind, MAIN, "extend") for kind in expand(item.segments))
+            steps.extend(step(depth - 1, kind, MAIN, "extend") for kind in expand(item.segments))
     steps.extend(Merge(f"extra{e}", MAIN) for e in range(len(extras)))
-    return Plan(spec, depth, tuple(steps))
+    return Plan(spec, depth, tuple(steps), windows)
 
 
 def _is_extra_or_extend(item: Segment | Block) -> bool:

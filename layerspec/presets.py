@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from .checks import positive_int
 from .errors import SpecError
 from .spec import Block, Kind, Segment, Spec
 
@@ -45,10 +46,17 @@ M0F, M0B = Kind("F", sink=0), Kind("B", sink=0)
 FILL = Segment(F, None)
 
 
-def _k(k: int, name: str = "k") -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise SpecError(f"{name} must be a positive integer number of converted layers, got {k!r}")
-    return k
+def _k(k: int, name: str = "k", minimum: int = 1) -> int:
+    try:
+        return positive_int(k, name, minimum=minimum)
+    except ValueError as err:
+        raise SpecError(str(err)) from None
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    return value.strip().upper()
 
 
 def baseline() -> Spec:
@@ -163,8 +171,9 @@ def by_name(name: str, **params: int) -> Spec:
 
     Raises:
         SpecError: for an unknown name, or parameters the preset does not take.
+        TypeError: if ``name`` is not a string.
     """
-    key = name.strip().upper().replace("_", "-").replace("MASKO", "MASK0")
+    key = _name(name, "a configuration name").replace("_", "-").replace("MASKO", "MASK0")
     if key not in PRESETS:
         raise SpecError(f"unknown configuration {name!r}", expected="one of " + ", ".join(PRESETS))
     try:
@@ -196,11 +205,12 @@ def from_official(
         SpecError: for an unknown architecture or mask type, negative counts, overlapping
             or out-of-range layer lists, layer lists without ``num_layers``, or both counts and
             layer lists.
+        TypeError: if ``architecture`` or ``mask_type`` is not a string.
     """
-    arch = architecture.strip().upper()
+    arch = _name(architecture, "architecture")
     if arch not in ("NONE", "INPLACE", "INTER", "EXTRA", "EXTEND"):
         raise SpecError(f"unknown architecture {architecture!r}", expected="NONE, INPLACE, INTER, EXTRA or EXTEND")
-    mtype = mask_type.strip().upper()
+    mtype = _name(mask_type, "mask_type")
     if mtype not in ("MASK0", "BACK"):
         raise SpecError(f"unknown mask_type {mask_type!r}", expected="MASK0 or BACK")
     unsink = M0B if mtype == "MASK0" else R
@@ -218,8 +228,7 @@ def from_official(
         return _from_layer_lists(arch, unsink, unsink_list, bidir_list, num_layers)
 
     for name, value in (("num_unsink_layers", num_unsink_layers), ("num_bidir_layers", num_bidir_layers)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SpecError(f"{name} must be a non-negative integer, got {value!r}")
+        _k(value, name, minimum=0)
     converted = [Segment(kind, n) for kind, n in ((B, num_bidir_layers), (unsink, num_unsink_layers)) if n]
     if not converted:
         return baseline()

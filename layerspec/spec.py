@@ -24,7 +24,20 @@ from .errors import SpecError
 if TYPE_CHECKING:
     from .plan import Plan
 
-__all__ = ["MAX_COUNT", "MAX_SINK", "Block", "BlockOp", "Direction", "Item", "Kind", "Segment", "Spec"]
+__all__ = [
+    "MAX_COUNT",
+    "MAX_SINK",
+    "Block",
+    "BlockOp",
+    "Direction",
+    "Item",
+    "Kind",
+    "Segment",
+    "Spec",
+    "check_count",
+    "check_in_block",
+    "check_sink",
+]
 
 Direction = Literal["F", "B", "R"]
 BlockOp = Literal["INTER", "EXTRA", "EXTEND"]
@@ -55,8 +68,7 @@ class Kind:
         if self.direction not in _DIRECTIONS:
             raise SpecError(f"unknown layer direction {self.direction!r}", expected="one of 'F', 'B', 'R'")
         if self.sink is not None:
-            if isinstance(self.sink, bool) or not isinstance(self.sink, int) or not 0 <= self.sink <= MAX_SINK:
-                raise SpecError(f"sink size {self.sink!r} is not an integer from 0 to {MAX_SINK}")
+            check_sink(self.sink)
             if self.direction == "R":
                 raise SpecError("a sink mask M<n> applies to F or B layers, not R (R already hides earlier tokens)")
 
@@ -82,10 +94,8 @@ class Segment:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, Kind):
             raise SpecError(f"a segment's kind must be a Kind, got {type(self.kind).__name__}")
-        if self.count is not None and (
-            isinstance(self.count, bool) or not isinstance(self.count, int) or not 1 <= self.count <= MAX_COUNT
-        ):
-            raise SpecError(f"layer count {self.count!r} is not an integer from 1 to {MAX_COUNT}")
+        if self.count is not None:
+            check_count(self.count)
 
     def __str__(self) -> str:
         if self.count is None:
@@ -115,10 +125,7 @@ class Block:
         if not self.segments:
             raise SpecError(f"{self.op}() is empty", expected="at least one layer inside")
         for seg in self.segments:
-            if not isinstance(seg, Segment):
-                raise SpecError(f"{self.op}(...) holds plain segments only, got {type(seg).__name__}")
-            if seg.is_fill and self.op != "INTER":
-                raise SpecError(f"a count-less segment cannot go inside {self.op}(...): it has no depth to fill")
+            check_in_block(self.op, seg)
 
     def __str__(self) -> str:
         return f"{self.op}({' | '.join(map(str, self.segments))})"
@@ -155,15 +162,16 @@ class Spec:
     def __repr__(self) -> str:
         return f"Spec({self.items!r})"
 
-    def resolve(self, depth: int) -> Plan:
+    def resolve(self, depth: int, windows: Sequence[int | None] | None = None) -> Plan:
         """Compile this spec for a decoder of ``depth`` layers; see :func:`~nosink.layerspec.plan.resolve`.
 
         Raises:
-            SpecError: if the spec does not fit ``depth``.
+            SpecError: if the spec does not fit ``depth``, or its plan would be too large.
+            ValueError: if ``windows`` does not give one window (or ``None``) per layer.
         """
         from .plan import resolve
 
-        return resolve(self, depth)
+        return resolve(self, depth, windows)
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -180,6 +188,60 @@ class Spec:
         if any(isinstance(item, Block) and item.op == "INTER" for item in self.items):
             kinds.add(Kind("F"))
         return frozenset(kinds)
+
+
+# The rules on single values live here, once: the value classes call them, and the parser calls them
+# with the text as typed (``shown``) and attaches the column to their errors.
+
+
+def check_count(count: object, shown: str | None = None) -> int:
+    """``count`` if it is a valid layer count (an ``int`` from 1 to :data:`MAX_COUNT`, not a ``bool``).
+
+    Args:
+        count: the count to check.
+        shown: how to quote it in the message (the parser passes the digits as typed); ``repr`` by default.
+
+    Raises:
+        SpecError: naming the count and the accepted range.
+    """
+    shown = shown if shown is not None else repr(count)
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise SpecError(f"layer count {shown} is not an integer", expected=f"a whole number from 1 to {MAX_COUNT}")
+    if count < 1:
+        raise SpecError(f"layer count {shown} is not positive", expected="a count of at least 1")
+    if count > MAX_COUNT:
+        raise SpecError(f"layer count {shown} is too large", expected=f"at most {MAX_COUNT}")
+    return count
+
+
+def check_sink(sink: object, shown: str | None = None) -> int:
+    """``sink`` if it is a valid sink size ``n`` of ``M<n>`` (an ``int`` from 0 to :data:`MAX_SINK`).
+
+    Raises:
+        SpecError: naming the size and the accepted range.
+    """
+    shown = shown if shown is not None else repr(sink)
+    if isinstance(sink, bool) or not isinstance(sink, int):
+        raise SpecError(f"sink size {shown} is not an integer", expected=f"a whole number from 0 to {MAX_SINK}")
+    if sink < 0:
+        raise SpecError(f"sink size {shown} is negative", expected=f"an integer from 0 to {MAX_SINK}")
+    if sink > MAX_SINK:
+        raise SpecError(f"sink size {shown} is too large", expected=f"at most {MAX_SINK}")
+    return sink
+
+
+def check_in_block(op: str, segment: object) -> None:
+    """Check that ``segment`` may go inside ``op(...)``: a plain segment, count-less only inside INTER.
+
+    Raises:
+        SpecError: for anything but a :class:`Segment`, or a count-less one inside EXTRA or EXTEND.
+    """
+    if not isinstance(segment, Segment):
+        raise SpecError(f"{op}(...) holds plain segments only, got {type(segment).__name__}")
+    if segment.is_fill and op != "INTER":
+        raise SpecError(
+            f"a count-less segment cannot go inside {op}(...): it has no depth to fill", expected="a count such as '*3'"
+        )
 
 
 def check_items(items: Sequence[object], text: str = "", columns: Sequence[int] | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
+from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.checks import positive_int, printable
 from nosink.layerspec.masks import relative_positions
 
@@ -85,7 +86,8 @@ class _Batch:
     attention_mask: torch.Tensor  # (B, T)
     position_ids: torch.Tensor  # (B, T), from each row's first real token
     context: Any  # rotary cos/sin, per family
-    masks: dict[tuple[Kind, int | None], torch.Tensor]
+    eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
+    masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
 
 
 @dataclass
@@ -142,7 +144,7 @@ class EncoderFromDecoder(nn.Module):
         if not isinstance(spec, (str, Spec)):
             raise TypeError(f"spec must be a string or a Spec, got {type(spec).__name__}")
         self.spec = as_spec(spec)
-        self.plan = self.spec.resolve(self.parts.depth)
+        self.plan = self.spec.resolve(self.parts.depth, windows=self.parts.windows)
         self.tokenizer = tokenizer
         self.sink_token = check_sink_token(sink_token)
         self.eval()
@@ -286,13 +288,18 @@ class EncoderFromDecoder(nn.Module):
             attention_mask: ``(B, T)``, 1 for real tokens and 0 for padding; all ones if omitted.
             output_hidden_states: also return the main stream after each of its layer steps.
 
+        Warns:
+            UserWarning: once, when a row runs past a rotary model's ``max_position_embeddings``
+                (positions it was not trained on; a learned-position model raises instead).
+
         Raises:
-            ValueError: for shapes or masks that do not fit.
+            ValueError: for shapes or masks that do not fit, an empty batch (no rows or no tokens), or
+                more tokens than a learned-position model (GPT-2) has positions.
         """
         batch = self._prepare(input_ids, attention_mask)
         history = [batch.hidden] if output_hidden_states else None
-        streams = self._run(self.plan, 0, {"main": batch.hidden}, batch, history)
-        out = self.parts.norm(streams["main"])
+        streams = self._run(self.plan, 0, {MAIN: batch.hidden}, batch, history)
+        out = self.parts.norm(streams[MAIN])
         return EncoderOutput(out, batch.attention_mask, tuple(history) if history is not None else None)
 
     def attention_weights(
@@ -301,10 +308,12 @@ class EncoderFromDecoder(nn.Module):
         """The attention weights of every layer step of the plan, in order: ``(step, (B, H, T, T))``.
 
         Weights exist only on transformers' eager attention path; when the decoder runs on another
-        backend the encoder switches to eager for this call, says so in a log warning, and switches back.
+        backend, this call runs its layers on eager attention and says so in a log warning. It changes
+        nothing shared (no hooks, no config switch), so it is safe to call while other threads run
+        :meth:`encode` or this method on the same encoder.
 
         Raises:
-            ValueError: for shapes or masks that do not fit.
+            ValueError: as for :meth:`forward`.
         """
         if self.parts.attn_implementation != "eager":
             logger.warning(
@@ -313,21 +322,16 @@ class EncoderFromDecoder(nn.Module):
                 self.parts.attn_implementation,
             )
         captured: list[torch.Tensor] = []
-        modules = {id(m): m for m in (self.parts.attention_module(s.layer) for s in self.plan.layer_steps)}
-        hooks = [m.register_forward_hook(lambda mod, args, out: captured.append(out[1])) for m in modules.values()]
-        try:
-            with self.parts.eager_attention(), torch.inference_mode():
-                self(input_ids, attention_mask)
-        finally:
-            for h in hooks:
-                h.remove()
+        with torch.inference_mode():
+            batch = self._prepare(input_ids, attention_mask, eager=True)
+            self._run(self.plan, 0, {MAIN: batch.hidden}, batch, None, weights=captured)
         steps = self.plan.layer_steps
         if len(captured) != len(steps) or any(w is None for w in captured):
             raise RuntimeError(f"captured {len(captured)} attention maps for {len(steps)} layer steps")
         return list(zip(steps, captured, strict=True))
 
     def forward_specs(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, specs: Sequence[str | Spec]
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, specs: Sequence[str | Spec | Plan]
     ) -> dict[str, torch.Tensor]:
         """The last hidden state of the same batch under several specs, sharing their common lower layers.
 
@@ -339,21 +343,26 @@ class EncoderFromDecoder(nn.Module):
         Args:
             input_ids: ``(B, T)`` token ids.
             attention_mask: ``(B, T)`` or ``None``.
-            specs: the specs, as strings or :class:`Spec` values.
+            specs: the specs, as strings, :class:`Spec` values or compiled :class:`Plan` values. Strings
+                and specs are compiled once per call; a caller that runs many batches compiles them once
+                with ``encoder.plan_for(spec)`` and passes the plans.
 
         Returns:
             ``{canonical spec string: (B, T, D) last hidden state}``.
 
         Raises:
             SpecError: if a spec does not fit this decoder.
-            ValueError: for shapes or masks that do not fit.
+            TypeError: if ``specs`` is a single spec rather than a list of them.
+            ValueError: for shapes or masks that do not fit, or a plan resolved for another decoder.
         """
+        if isinstance(specs, (str, Spec, Plan)):
+            raise TypeError(f"specs is a list of specs; got one {type(specs).__name__}: wrap it in a list")
         if not specs:
             raise ValueError("forward_specs() needs at least one spec")
-        plans = [self._plan_of(spec) for spec in specs]
+        plans = [self.plan_for(spec) for spec in specs]
         batch = self._prepare(input_ids, attention_mask)
         out: dict[str, torch.Tensor] = {}
-        self._run_tree(plans, 0, {"main": batch.hidden}, batch, out)
+        self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
         return {str(plan.spec): out[str(plan.spec)] for plan in plans}
 
     def _run_tree(
@@ -366,24 +375,42 @@ class EncoderFromDecoder(nn.Module):
         groups: dict[Any, list[Plan]] = {}
         for plan in plans:
             if len(plan.steps) == cut:
-                out[str(plan.spec)] = self.parts.norm(streams["main"])
+                out[str(plan.spec)] = self.parts.norm(streams[MAIN])
             else:
                 groups.setdefault(plan.steps[cut], []).append(plan)
         for group in groups.values():
             self._run_tree(group, cut, dict(streams), batch, out)
 
-    def _plan_of(self, spec: str | Spec) -> Plan:
+    def plan_for(self, spec: str | Spec | Plan) -> Plan:
+        """``spec`` compiled for this decoder (its depth and its sliding windows), to run with :meth:`forward_specs`.
+
+        The one place where specs are compiled for this decoder; callers that run many batches compile
+        once and pass the plans. A plan is checked to be this decoder's.
+
+        Raises:
+            SpecError: if the spec does not fit this decoder.
+            ValueError: if a plan was resolved for another depth or other windows.
+        """
+        if isinstance(spec, Plan):
+            windows = spec.windows if spec.windows is not None else (None,) * spec.depth
+            if spec.depth != self.parts.depth or windows != tuple(self.parts.windows):
+                raise ValueError(
+                    f"the plan of {str(spec.spec)!r} was resolved for {spec.depth} layers and windows "
+                    f"{spec.windows}, not for this decoder; pass the spec, or compile it with "
+                    "encoder.plan_for(spec)"
+                )
+            return spec
         spec = as_spec(spec)
-        return self.plan if spec == self.spec else spec.resolve(self.parts.depth)
+        return self.plan if spec == self.spec else spec.resolve(self.parts.depth, windows=self.parts.windows)
 
-    def _mask_key(self, step: LayerStep) -> tuple[Kind, int | None]:
-        # Plain forward layers keep the stock sliding window; converted layers drop it.
-        return step.kind, self.parts.windows[step.layer] if step.kind.is_causal else None
-
-    def _prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> _Batch:
+    def _prepare(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eager: bool | None = None
+    ) -> _Batch:
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
+        if input_ids.shape[0] == 0:
+            raise ValueError("input_ids has no rows (batch size 0): there is nothing to encode")
         if input_ids.shape[1] == 0:
             raise ValueError("input_ids has no tokens (sequence length 0)")
         if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
@@ -406,16 +433,26 @@ class EncoderFromDecoder(nn.Module):
         limit = self.parts.max_positions
         if limit is not None and input_ids.shape[1] > limit:
             raise ValueError(f"{input_ids.shape[1]} tokens exceed this model's {limit} learned positions; truncate")
+        trained = self.parts.trained_positions
+        if trained is not None and input_ids.shape[1] > trained and int(position_ids.max()) >= trained:
+            # One message per model (no token count in it), so Python's warning filter shows it once.
+            warnings.warn(
+                f"inputs run past this model's max_position_embeddings ({trained}): its rotary positions "
+                "were not trained that far, so results may degrade; truncate (encode's max_length)",
+                UserWarning,
+                stacklevel=3,
+            )
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
         context = self.parts.position_context(hidden, position_ids)
-        return _Batch(hidden, attention_mask, position_ids, context, {})
+        eager = self.parts.attn_implementation == "eager" if eager is None else eager
+        return _Batch(hidden, attention_mask, position_ids, context, eager, {})
 
-    def _mask(self, key: tuple[Kind, int | None], batch: _Batch) -> torch.Tensor:
-        # Built once per batch and key, on first use, whatever the number of layers or specs using it.
+    def _mask(self, step: LayerStep, batch: _Batch) -> torch.Tensor:
+        # Built once per batch, kind and window, on first use, whatever the number of layers or specs using it.
+        key = (step.kind, step.window)
         if key not in batch.masks:
-            mask = build_mask(key[0], batch.attention_mask, sliding_window=key[1])  # (B, 1, T, T) bool
-            eager = self.parts.attn_implementation == "eager"
-            batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if eager else mask
+            mask = build_mask(step.kind, batch.attention_mask, sliding_window=step.window)  # (B, 1, T, T) bool
+            batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if batch.eager else mask
         return batch.masks[key]
 
     def _run(
@@ -426,21 +463,23 @@ class EncoderFromDecoder(nn.Module):
         batch: _Batch,
         history: list[torch.Tensor] | None,
         stop: int | None = None,
+        weights: list[torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
+        # The loop reads only the plan: which layer, which mask (kind and window), which stream.
         for step in plan.steps[start:stop]:
             if isinstance(step, LayerStep):
-                mask = self._mask(self._mask_key(step), batch)
+                mask = self._mask(step, batch)
                 streams[step.stream] = self.parts.call_layer(
-                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids
+                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids, weights
                 )
-                if history is not None and step.stream == "main":
-                    history.append(streams["main"])
+                if history is not None and step.stream == MAIN:
+                    history.append(streams[MAIN])
             elif isinstance(step, Fork):
                 streams[step.target] = streams[step.source]  # layers never write in place, so no copy
             elif isinstance(step, Merge):
                 streams[step.target] = streams[step.target] + streams.pop(step.source)
-                if history is not None and step.target == "main":
-                    history.append(streams["main"])
+                if history is not None and step.target == MAIN:
+                    history.append(streams[MAIN])
         return streams
 
     # ------------------------------------------------------------------ texts in, vectors out
@@ -548,7 +587,8 @@ class EncoderFromDecoder(nn.Module):
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()
-        names = [str(self._plan_of(spec).spec) for spec in specs]
+        plans = [self.plan_for(spec) for spec in specs]
+        names = [str(plan.spec) for plan in plans]
         texts, single = _texts.check_texts(sentences)
         tokens = _texts.tokenize(self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length)
         _texts.warn_about(tokens, opts.max_length)
@@ -560,7 +600,7 @@ class EncoderFromDecoder(nn.Module):
         with torch.inference_mode():
             for idx in tqdm(groups, desc="encode", disable=not show, unit="batch"):
                 ids, attn, text_mask = _texts.pad(tokens, idx, pad_id, opts.padding_side)
-                for name, hidden in self.forward_specs(ids, attn, names).items():
+                for name, hidden in self.forward_specs(ids, attn, plans).items():
                     text_mask = text_mask.to(hidden.device)
                     if token_output:
                         rows = [hidden[row][text_mask[row]].float().cpu() for row in range(len(idx))]

@@ -12,8 +12,7 @@ Tested against transformers 5.24 (layers are called as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -139,8 +138,12 @@ class DecoderParts:
         self.dropout: nn.Module | None = getattr(self.model, f.dropout) if f.dropout else None
         self.rotary: nn.Module | None = getattr(self.model, "rotary_emb", None) if f.positions != "learned" else None
         self.depth = len(self.layers)
-        # Learned position tables (GPT-2) cap the sequence length; rotary models have no table.
+        # Learned position tables (GPT-2) cap the sequence length; rotary models have no table, but were
+        # trained up to max_position_embeddings.
         self.max_positions: int | None = self.position_embed.num_embeddings if self.position_embed is not None else None
+        self.trained_positions: int | None = (
+            getattr(self.config, "max_position_embeddings", None) if self.position_embed is None else None
+        )
         # The stock model's own sliding window per layer (None for full attention): per layer type
         # where the config lists them (Qwen2/3, Gemma3), else the config's window for every layer
         # (Mistral, Phi-3 with sliding_window set).
@@ -161,16 +164,6 @@ class DecoderParts:
         """The attention module of layer ``index`` (its forward returns ``(output, weights)``)."""
         return getattr(self.layers[index], self.family.attention)
 
-    @contextmanager
-    def eager_attention(self) -> Iterator[None]:
-        """Run on transformers' eager attention for a while (the only path that computes weights)."""
-        before = self.config._attn_implementation
-        self.config._attn_implementation = "eager"
-        try:
-            yield
-        finally:
-            self.config._attn_implementation = before
-
     def embed(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Token (and, for GPT-2, learned position) embeddings: ``(B, T) -> (B, T, D)``."""
         hidden = self.embed_tokens(input_ids)
@@ -189,10 +182,22 @@ class DecoderParts:
         return None
 
     def call_layer(
-        self, index: int, hidden: torch.Tensor, mask: torch.Tensor, context: Any, position_ids: torch.Tensor
+        self,
+        index: int,
+        hidden: torch.Tensor,
+        mask: torch.Tensor,
+        context: Any,
+        position_ids: torch.Tensor,
+        weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``."""
-        layer = self.layers[index]
+        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``.
+
+        With a ``weights`` list, the layer runs on transformers' eager attention (give it an additive
+        mask) and appends its attention weights ``(B, H, T, T)`` to the list. That call runs a private
+        view of the layer (see :meth:`_eager_view`): nothing that other callers of the layer see changes,
+        so other threads may run the model meanwhile.
+        """
+        layer = self.layers[index] if weights is None else self._eager_view(index, weights)
         if self.family.positions == "learned":
             out = layer(hidden, attention_mask=mask, use_cache=False)
         else:
@@ -200,3 +205,24 @@ class DecoderParts:
                 context = context[self.layer_types[index]]  # type: ignore[index]
             out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids)
         return out[0] if isinstance(out, tuple) else out
+
+    def _eager_view(self, index: int, weights: list[torch.Tensor]) -> nn.Module:
+        # transformers picks the attention function from the attention module's config on every call, and
+        # the layer drops the weights it returns. A shallow copy of the layer with its own child table, holding
+        # a shallow copy of the attention module with its own eager config and a forward that keeps the
+        # weights, runs the very same parameter tensors without touching the shared modules or config.
+        layer = copy.copy(self.layers[index])
+        layer._modules = dict(layer._modules)
+        attention = copy.copy(layer._modules[self.family.attention])
+        attention.config = copy.deepcopy(attention.config)  # deep: setting the backend recurses into sub-configs
+        attention.config._attn_implementation = "eager"
+        run = attention.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            out = run(*args, **kwargs)
+            weights.append(out[1])
+            return out
+
+        attention.forward = forward
+        layer._modules[self.family.attention] = attention
+        return layer

@@ -50,7 +50,8 @@ def test_sliding_windows_are_kept_on_forward_layers_and_matter(family):
     assert any(w is not None for w in parts.windows)
     # The stock sliding window changes the result on these 8-token rows, so the equality above is not vacuous.
     unwindowed = EncoderFromDecoder(model, "F*")
-    unwindowed.parts.windows = (None,) * len(unwindowed.parts.windows)
+    unwindowed.plan = parse_spec("F*").resolve(unwindowed.depth)  # resolved without the decoder's windows
+    assert any(s.window is not None for s in EncoderFromDecoder(model, "F*").plan.layer_steps)
     with torch.no_grad():
         assert (unwindowed(IDS, MASK).last_hidden_state - stock(model))[REAL].abs().max() > 1e-4
 

@@ -4,7 +4,8 @@ import pickle
 
 import pytest
 
-from nosink.layerspec import Block, Fork, Kind, LayerStep, Merge, Segment, Spec, SpecError, parse_spec
+from nosink.layerspec import Block, Fork, Kind, LayerStep, Merge, Segment, Spec, SpecError, parse_spec, resolve
+from nosink.layerspec.plan import MAX_DEPTH, STEPS_PER_LAYER
 
 F, B, R = Kind("F"), Kind("B"), Kind("R")
 
@@ -194,7 +195,7 @@ def test_resolve_extra_and_extend():
         LayerStep(2, B, "main", "extend"),
         Merge("extra0", "main"),
     )
-    assert plan.kinds == frozenset({F, R, B})
+    assert not hasattr(plan, "kinds")  # removed: nothing read it
 
 
 @pytest.mark.parametrize(
@@ -221,3 +222,126 @@ def test_plan_table_is_readable():
         "   0  main        0  F     stack",
         "   1  main        1  M0B   stack",
     ]
+
+
+# ---------------------------------------------------------------- one rule, one place
+
+
+def test_the_parser_reports_the_value_classes_rules_at_their_column():
+    # The value classes own the rule (range and wording); the parser quotes the text as typed and adds the column.
+    for text, value_error, column in [
+        ("F | B*0", lambda: Segment(B, 0), 7),
+        ("F | B*5000", lambda: Segment(B, 5000), 7),
+        ("M2000000B | F", lambda: Kind("B", sink=2_000_000), 1),
+        ("F* | EXTEND(B | R*)", lambda: Block("EXTEND", (Segment(B), Segment(R, None))), 17),
+    ]:
+        with pytest.raises(SpecError) as parsed:
+            parse_spec(text)
+        with pytest.raises(SpecError) as built:
+            value_error()
+        assert parsed.value.column == column and built.value.column is None
+        assert parsed.value.expected == built.value.expected
+        words = lambda problem: problem.replace("'", "").split()  # noqa: E731  the parser quotes the digits
+        assert words(parsed.value.problem) == words(built.value.problem)
+
+
+def test_a_count_beyond_int_range_is_quoted_as_typed():
+    with pytest.raises(SpecError) as info:
+        parse_spec("F*" + "9" * 30)
+    assert info.value.problem == f"layer count '{'9' * 24}...' is too large" and info.value.expected == "at most 4096"
+
+
+# ---------------------------------------------------------------- bounds (issue 10, item 3)
+
+
+def test_a_huge_depth_fails_fast_naming_the_limit():
+    with pytest.raises(SpecError) as info:
+        resolve(parse_spec("F*"), 1_000_000_000)
+    assert info.value.problem == "model depth 1000000000 is more than nosink supports"
+    assert info.value.expected == f"at most {MAX_DEPTH} layers" == "at most 4096 layers"
+    assert len(parse_spec("F*").resolve(MAX_DEPTH).steps) == MAX_DEPTH  # the limit itself is accepted
+
+
+def test_a_huge_extend_is_refused_before_its_steps_are_built():
+    spec = parse_spec("F* | EXTEND(" + " | ".join(["B*4096"] * 200) + ")")
+    with pytest.raises(SpecError) as info:
+        spec.resolve(30)
+    assert info.value.problem == "spec takes 819230 steps on a model of 30 layers, more than nosink runs"
+    assert info.value.expected == f"at most {STEPS_PER_LAYER} steps per layer (960 here)"
+
+
+def test_the_step_limit_counts_every_step_and_admits_the_paper_configurations():
+    # 1 layer, 31 extended: 32 steps is the limit, 33 is over it.
+    assert len(parse_spec("F | EXTEND(B*31)").resolve(1).steps) == STEPS_PER_LAYER
+    with pytest.raises(SpecError, match="spec takes 33 steps on a model of 1 layers"):
+        parse_spec("F | EXTEND(B*32)").resolve(1)
+    # INTER's fork and merge count: F | INTER(...) on 2 layers is 1 + 1 + 1 + 1 + 1 = 5 steps.
+    assert len(parse_spec("F | INTER(R)").resolve(2).steps) == 5
+    deep = parse_spec("F* | EXTRA(B*22) | INTER(B*22) | EXTEND(R*5)").resolve(22)
+    assert len(deep.steps) == 22 + 24 + 24 + 5
+
+
+# ---------------------------------------------------------------- sliding windows in the plan
+
+
+def test_forward_steps_keep_their_layer_window_and_converted_steps_drop_it():
+    plan = parse_spec("EXTRA(F | R) | F | M0F | INTER(B | F) | EXTEND(F | B)").resolve(4, windows=(3, None, 5, 7))
+    assert [(s.layer, str(s.kind), s.role, s.window) for s in plan.layer_steps] == [
+        (0, "F", "extra", 3),
+        (1, "R", "extra", None),
+        (0, "F", "stack", 3),
+        (1, "M0F", "stack", None),  # a sink mask converts the layer: no window
+        (2, "F", "stack", 5),  # INTER's forward copy is the stock layer
+        (3, "F", "stack", 7),
+        (2, "B", "inter", None),
+        (3, "F", "inter", 7),
+        (3, "F", "extend", 7),  # EXTEND reuses the last layer, window included
+        (3, "B", "extend", None),
+    ]
+    assert all(s.window is None for s in parse_spec("EXTRA(F) | F*").resolve(4).layer_steps)
+
+
+def test_plan_table_shows_windows_only_when_there_are_some():
+    windowed = parse_spec("F* | B").resolve(2, windows=(4096, None)).table()
+    assert windowed.splitlines() == [
+        "step  stream  layer  kind  role   window",
+        "   0  main        0  F     stack  4096",
+        "   1  main        1  B     stack  -",
+    ]
+    assert parse_spec("F* | B").resolve(2, windows=(None, None)).table() == parse_spec("F* | B").resolve(2).table()
+
+
+@pytest.mark.parametrize(
+    "windows, message",
+    [((3,), "windows has 1 entries for a model of 2 layers"), ((3, 0), "a sliding window must be a positive")],
+)
+def test_bad_windows_are_value_errors(windows, message):
+    with pytest.raises(ValueError, match=message):
+        parse_spec("F*").resolve(2, windows=windows)
+
+
+# ---------------------------------------------------------------- terminal escapes (issue 10, item 12)
+
+
+def test_control_characters_are_escaped_in_messages_and_the_caret_stays_under_its_character():
+    with pytest.raises(SpecError) as info:
+        parse_spec("F* | \x1b]0;pwned\x07")
+    message = str(info.value)
+    assert "\x1b" not in message and "\x07" not in message
+    assert message.splitlines() == [
+        "unexpected character '\\x1b' at column 6; expected one of F, B, R, M<n>F, M<n>B, INTER(, EXTRA(, "
+        "EXTEND(, '|', '*' or a count",
+        "  F* | \\x1b]0;pwned\\x07",
+        "       ^",
+    ]
+
+
+def test_escapes_before_the_column_move_the_caret_with_them():
+    # A value error placed after control characters (as from a spec read out of a file).
+    err = SpecError("bad", "\x1b\x07 Q", 4)
+    spec_line, caret_line = str(err).splitlines()[1:]
+    assert spec_line == "  \\x1b\\x07 Q"
+    assert spec_line[caret_line.index("^")] == "Q"
+    long = SpecError("bad", "\x1b" * 80 + " Q", 82)  # shown as a window: the caret still finds the Q
+    spec_line, caret_line = str(long).splitlines()[1:]
+    assert "\x1b" not in str(long) and spec_line[caret_line.index("^")] == "Q"

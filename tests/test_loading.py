@@ -275,12 +275,6 @@ def test_an_unsupported_attention_is_refused_before_anything_loads(tmp_path, mon
     assert calls == []
 
 
-def test_the_shim_still_exports_the_loaders():
-    from nosink.models import loading, saving
-
-    assert saving.load_config is loading.load_config and saving.read_saved is loading.read_saved
-
-
 # --------------------------------------------------------------------------- wheels
 
 

@@ -110,3 +110,18 @@ def test_from_official_arguments(kwargs, text):
 def test_from_official_rejects_bad_arguments(kwargs, message):
     with pytest.raises(SpecError, match=message):
         presets.from_official(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: presets.by_name(None), "a configuration name must be a string, got NoneType"),
+        (lambda: presets.by_name(b"INTER-BACK", k=2), "a configuration name must be a string, got bytes"),
+        (lambda: presets.from_official(architecture=None), "architecture must be a string, got NoneType"),
+        (lambda: presets.from_official(mask_type=0), "mask_type must be a string, got int"),
+    ],
+)
+def test_names_that_are_not_strings_are_type_errors(call, message):
+    with pytest.raises(TypeError) as info:
+        call()
+    assert str(info.value) == message

@@ -30,6 +30,7 @@ def test_any_text_parses_or_raises_spec_error(text):
     except SpecError as err:
         message = str(err)  # the message itself must render
         assert err.problem in message
+        assert all(ch.isprintable() for line in message.splitlines() for ch in line), message  # no raw escapes
         if err.column is not None:
             assert 1 <= err.column <= len(text) + 1
         return
@@ -107,3 +108,16 @@ def test_sink_masks_nest(direction, n, length):
     plain = build_mask(Kind(direction), ones)
     assert not (narrower & ~wider).any()  # M<n+1> attends a subset of what M<n> attends
     assert not (wider & ~plain).any()  # and M<n> a subset of the plain kind
+
+
+@given(specs_with_depth(), st.data())
+def test_forward_steps_keep_the_decoders_window_and_converted_steps_none(spec_depth, data):
+    spec, depth = spec_depth
+    windows = tuple(data.draw(st.lists(st.none() | st.integers(1, 8), min_size=depth, max_size=depth)))
+    plan = spec.resolve(depth, windows=windows)
+    for step in plan.layer_steps:
+        assert step.window == (windows[step.layer] if step.kind.is_causal else None), step
+    # Windows change nothing else: the same steps as without them, less the window.
+    assert [(s.layer, s.kind, s.stream, s.role) for s in plan.layer_steps] == [
+        (s.layer, s.kind, s.stream, s.role) for s in spec.resolve(depth).layer_steps
+    ]

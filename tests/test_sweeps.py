@@ -16,7 +16,7 @@ pytest.importorskip("matplotlib")  # the eval extra
 
 def test_families():
     assert default_ks(22) == [1, 2, 4, 6, 8, 10, 12, 16, 20, 22]
-    assert [str(c.spec) for c in family_specs("INPLACE-BACK", 4, [1, 4, 9])] == ["F* | R", "F* | R*4"]
+    assert [str(c.spec) for c in family_specs("INPLACE-BACK", 4, [4, 1, 4])] == ["F* | R", "F* | R*4"]
     assert [c.k for c in family_specs("EXTEND-BIDIR", 30, [2, 4, 6, 8])] == [2, 4]  # EXTEND stops at 5
     grid = family_specs("MASK0&BIDIR", 10, [2, 3], [1, 3])
     assert [(c.k, c.k0, str(c.spec)) for c in grid] == [
@@ -81,3 +81,48 @@ def test_mteb_sweep_end_to_end(tmp_path):
     assert (tmp_path / "out" / "mteb_sweep.png").is_file()
     with pytest.raises(RuntimeError, match="SciFact was skipped"):
         mteb_sweep(encoder, "SciFact", ["MASK0-BIDIR"], tmp_path / "out2", tmp_path / "data", ks=[1])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("INPLACE-BIDIR", 30, [0, -3, 99]),
+            "ks [0, -3, 99] out of range: each must be an integer from 1 to the model's depth 30",
+        ),
+        (("MASK0-BIDIR", 30, [2, 31]), "ks [31] out of range"),
+        (("MASK0-BIDIR", 30, [2.5]), "ks [2.5] out of range"),
+        (("MASK0&BIDIR", 30, [4], [0, 2]), "k0s [0] out of range"),
+        (("MASK0-BIDIR", 30, []), "ks [] out of range"),
+        (("EXTEND-BACK", 30, [6, 8]), "EXTEND-BACK has no spec for ks=[6, 8]: EXTEND stops at k=5"),
+        (("MASK0&BIDIR", 30, [2], [3]), "MASK0&BIDIR has no spec for ks=[2], k0s=[3]: every k0 is above every k"),
+    ],
+)
+def test_a_grid_value_that_gives_no_spec_is_an_error_not_a_silent_drop(args, message):
+    with pytest.raises(ValueError) as info:
+        family_specs(*args)
+    assert str(info.value).startswith(message)
+
+
+def test_candidates_for_refuses_out_of_range_ks_instead_of_running_only_baseline():
+    from nosink.evals.run_sweeps import candidates_for
+
+    with pytest.raises(ValueError, match=r"ks \[0, -3, 99\] out of range"):
+        candidates_for(["MASK0-BIDIR"], 30, [0, -3, 99])
+
+
+def test_sweepable_configs_are_the_presets_that_take_k():
+    from nosink import presets
+    from nosink.evals.sweeps import CONFIGS
+
+    assert list(CONFIGS) == [
+        "INPLACE-BIDIR", "INPLACE-BACK", "INTER-BIDIR", "INTER-BACK", "EXTRA-BIDIR", "EXTRA-BACK",
+        "EXTEND-BIDIR", "EXTEND-BACK", "MASK0-FOR", "MASK0-BIDIR",
+    ]  # fmt: skip
+    assert all(CONFIGS[name] is presets.PRESETS[name] for name in CONFIGS)
+
+
+def test_refine_suggestion_is_exported_where_the_docs_link_it():
+    import nosink.evals.run_sweeps as run_sweeps
+
+    assert "refine_suggestion" in run_sweeps.__all__  # docs/guides/sinks.md imports and links it from here
