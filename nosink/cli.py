@@ -373,7 +373,7 @@ def _inspect(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         meta={"command": " ".join(sys.argv)},
     )
-    print(f"{report.model}, spec {report.spec}: share of attention on the first {args.positions} positions")
+    print(f"{printable(report.model)}, spec {report.spec}: share of attention on the first {args.positions} positions")
     print(f"{'layer':>5}  {'kind':<5} {'role':<7} " + " ".join(f"pos{p:<4}" for p in range(args.positions)) + " sink")
     for p in report.profile:
         shares = " ".join(f"{x:7.3f}" for x in p.shares)
