@@ -205,7 +205,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, exactly: row i of an output is line i + 1 of the file.
+    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
 
     Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
     that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
