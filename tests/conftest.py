@@ -1,11 +1,17 @@
 """Test-wide settings: never reach for the Hugging Face hub (each attempt retries for ~25 s offline)."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
+
+# Our machines keep the evaluation data beside the checkout; a user's data comes from --data or NOSINK_DATA.
+_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if _DATA.is_dir():
+    os.environ.setdefault("NOSINK_DATA", str(_DATA))
 
 
 @pytest.fixture(scope="session")

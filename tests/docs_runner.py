@@ -145,6 +145,8 @@ def _prepare(text: str, work: Path) -> str | None:
         if not SHARED_DATA.is_dir():
             return f"evaluation data not found at {SHARED_DATA}"
         (work / "data").symlink_to(SHARED_DATA)
+    if SHARED_DATA.is_dir():  # commands without --data read $NOSINK_DATA, as a user's would
+        os.environ.setdefault("NOSINK_DATA", str(SHARED_DATA))
     if need["smollm2"]:
         from nosink.models.weights import SMOLLM2_PYPI, cache_dir, demo_model
 

@@ -1,6 +1,7 @@
 """The nosink command line."""
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -57,18 +58,25 @@ def test_encode_to_npy_and_safetensors(saved, tmp_path, capsys):
     assert "wrote 1 vectors of size 32" in capsys.readouterr().out
 
 
-def test_encode_refuses_blank_lines(saved, tmp_path):
+def test_encode_refuses_blank_lines(saved, tmp_path, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("the cat sat\n\na dog ran\n")
-    with pytest.raises(SystemExit, match=r"has blank lines \(2\); remove them"):
-        main(["encode", str(saved), "--file", str(texts), "-o", str(tmp_path / "v.npy")])
+    assert main(["encode", str(saved), "--file", str(texts), "-o", str(tmp_path / "v.npy")]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"^nosink: error: .* has blank lines \(2\); remove them", err) and err.count("\n") == 1
+    assert not (tmp_path / "v.npy").exists()
 
 
-def test_encode_refuses_bad_output_and_nothing_to_encode(saved, tmp_path):
-    with pytest.raises(SystemExit, match=r"output must end in \.npy or \.safetensors"):
+def test_encode_refuses_bad_output_and_nothing_to_encode(saved, tmp_path, capsys):
+    # Both are argparse errors: usage, then the message; exit status 2.
+    with pytest.raises(SystemExit) as info:
         main(["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.csv")])
-    with pytest.raises(SystemExit, match="nothing to encode"):
+    assert info.value.code == 2
+    assert re.search(r"output must end in \.npy or \.safetensors", capsys.readouterr().err)
+    with pytest.raises(SystemExit) as info:
         main(["encode", str(saved), "-o", str(tmp_path / "v.npy")])
+    assert info.value.code == 2
+    assert "nothing to encode" in capsys.readouterr().err
 
 
 def test_missing_model_folder_is_an_error_not_a_traceback(tmp_path, capsys):

@@ -1,0 +1,258 @@
+"""The command line's inputs and failures: files read line for line, counts checked at parse time,
+output names kept, data found through --data or NOSINK_DATA, and every failure one line on stderr."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tiny import tiny_decoder, tiny_tokenizer
+
+import nosink
+from nosink import EncoderFromDecoder
+from nosink.cli import main, read_lines
+from nosink.evals.ner import Sentence
+
+
+@pytest.fixture
+def saved(tmp_path):
+    folder = tmp_path / "enc"
+    EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer()).save_pretrained(folder)
+    return folder
+
+
+def one_error_line(err: str) -> str:
+    """The stderr of a failed command: exactly one line, 'nosink: error: ...', with no control characters."""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("nosink: error: "), err
+    assert all(ch.isprintable() for ch in err[:-1]), err
+    return err
+
+
+# --- python -m nosink -------------------------------------------------------------------------------
+
+
+def test_python_m_nosink_is_the_command_line(capsys):
+    assert main(["plan", "F* | B*2", "--depth", "3"]) == 0
+    expected = capsys.readouterr().out
+    done = subprocess.run(
+        [sys.executable, "-m", "nosink", "plan", "F* | B*2", "--depth", "3"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected
+    bad = subprocess.run([sys.executable, "-m", "nosink", "plan", "F* | Q", "--depth", "3"], capture_output=True)
+    assert bad.returncode == 2
+
+
+# --- the file reader: row i is line i -----------------------------------------------------------------
+
+# Characters str.splitlines() breaks on besides "\n" (and "\r" inside a line), plus ordinary text.
+BREAKERS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+line_char = st.characters(blacklist_characters="\n\ufeff", blacklist_categories=("Cs",)) | st.sampled_from(BREAKERS)
+line_text = st.text(line_char)
+lines_st = st.lists(line_text.filter(lambda t: t and not t.endswith("\r")), max_size=8)
+
+
+@given(lines=lines_st, bom=st.booleans(), crlf=st.booleans(), final_newline=st.booleans())
+def test_read_lines_gives_back_exactly_the_lines(tmp_path_factory, lines, bom, crlf, final_newline):
+    path = tmp_path_factory.mktemp("lines") / "texts.txt"
+    end = "\r\n" if crlf else "\n"
+    body = end.join(lines) + (end if final_newline and lines else "")
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + body.encode("utf-8"))
+    assert read_lines(path) == lines
+
+
+def test_read_lines_refuses_other_encodings(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(ValueError, match="is not UTF-8"):
+        read_lines(path)
+
+
+def test_encode_file_rows_are_its_lines(saved, tmp_path):
+    lines = ["first\u2028still first", "second\x0cwith a form feed", "third \x1c\x1d\x1e fourth?", "\x85no, fifth"]
+    texts = tmp_path / "texts.txt"
+    texts.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
+    out = tmp_path / "v.npy"
+    assert main(["encode", str(saved), "--file", str(texts), "-o", str(out)]) == 0
+    vectors = np.load(out)
+    assert vectors.shape[0] == 4
+    np.testing.assert_allclose(vectors, EncoderFromDecoder.from_pretrained(saved).encode(lines), atol=1e-6)
+
+
+# --- the output name ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["OUT.NPY", "out.Npy", "OUT.SAFETENSORS"])
+def test_output_is_written_under_the_name_given(saved, tmp_path, capsys, name):
+    out = tmp_path / name
+    assert main(["encode", str(saved), "--text", "paris", "-o", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [name]
+    assert capsys.readouterr().out.strip().endswith(f"to {out}")
+
+
+# --- counts are checked at parse time -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "ner", "demo", "--spec", "F*", "--epochs", "0"],
+        ["eval", "ner", "demo", "--spec", "F*", "--epochs", "-2"],
+        ["eval", "ner", "demo", "--spec", "F*", "--limit", "-1"],
+        ["eval", "ner", "demo", "--spec", "F*", "--train-limit", "0"],
+        ["eval", "ner", "demo", "--spec", "F*", "--max-length", "0"],
+        ["eval", "ner", "demo", "--spec", "F*", "--lr", "0"],
+        ["eval", "sweep", "demo", "--ks", "4", "0"],
+        ["eval", "sweep", "demo", "--k0s", "-1"],
+        ["eval", "mteb", "demo", "--specs", "F*", "--limit", "0"],
+        ["eval", "mteb", "demo", "--specs", "F*", "--batch-size", "0"],
+        ["eval", "classify", "demo", "--train", "a", "--test", "b", "--specs", "F*", "--limit", "0"],
+        ["encode", "demo", "--text", "a", "-o", "v.npy", "--batch-size", "0"],
+        ["encode", "demo", "--text", "a", "-o", "v.npy", "--max-length", "0"],
+        ["encode", "demo", "--text", "a", "-o", "v.npy", "--batch-size", "two"],
+        ["inspect", "demo", "--text", "a", "--positions", "0"],
+        ["inspect", "demo", "--text", "a", "--layers", "-1"],
+        ["inspect", "demo", "--text", "a", "--max-tokens", "1"],
+        ["inspect", "demo", "--text", "a", "--threshold", "1.5"],
+        ["plan", "F*", "--depth", "0"],
+    ],
+    ids=lambda argv: " ".join(argv[:2] + argv[-2:]),
+)
+def test_counts_are_refused_when_parsed(argv, capsys, monkeypatch):
+    # Nothing may load: the argparse error comes first.
+    monkeypatch.setattr(EncoderFromDecoder, "from_pretrained", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    option = [a for a in argv if a.startswith("--")][-1]
+    assert f"argument {option}:" in err and ("must be" in err or "expected" in err), err
+
+
+# --- data comes from --data or $NOSINK_DATA, never from a folder beside the checkout -------------------
+
+
+@pytest.fixture
+def fake_conll(monkeypatch):
+    """Record where `eval ner` reads CoNLL from (and give it two tiny sentences)."""
+    import nosink.evals.ner as ner
+
+    sources = []
+
+    def load_conll(source, split):
+        sources.append(str(source))
+        return [Sentence(("EU", "rejects", "it"), ("B-ORG", "O", "O")), Sentence(("Paris", "is"), ("B-LOC", "O"))]
+
+    monkeypatch.setattr(ner, "load_conll", load_conll)
+    return sources
+
+
+def test_eval_data_comes_from_nosink_data(saved, tmp_path, monkeypatch, fake_conll, capsys):
+    (tmp_path / "data" / "conll2003").mkdir(parents=True)
+    monkeypatch.setenv("NOSINK_DATA", str(tmp_path / "data"))
+    args = ["eval", "ner", str(saved), "--spec", "F*", "--epochs", "1", "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    assert fake_conll == [str(tmp_path / "data" / "conll2003")] * 2
+    assert "NOSINK_DATA" in capsys.readouterr().err
+    meta = json.loads((tmp_path / "out" / "ner.json").read_text())["meta"]
+    assert meta["data"] == str(tmp_path / "data" / "conll2003")
+
+
+def test_eval_data_without_option_or_variable_is_the_hub(saved, tmp_path, monkeypatch, fake_conll):
+    monkeypatch.delenv("NOSINK_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)  # a ../shared/data beside the working folder or the checkout is not looked for
+    (tmp_path / "shared" / "data" / "conll2003").mkdir(parents=True)
+    assert main(["eval", "ner", str(saved), "--spec", "F*", "--epochs", "1", "--out", "out"]) == 0
+    assert fake_conll == ["eriktks/conll2003"] * 2
+
+
+def test_eval_mteb_data_dir_comes_from_nosink_data(saved, tmp_path, monkeypatch):
+    import nosink.evals.mteb_eval as mteb_eval
+
+    seen = {}
+
+    def run_mteb(encoder, tasks, data_dir, *args, **kwargs):
+        seen["data_dir"] = data_dir
+        return {"tasks": {}}
+
+    monkeypatch.setattr(mteb_eval, "run_mteb", run_mteb)
+    monkeypatch.setenv("NOSINK_DATA", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "mteb", str(saved), "--specs", "F*", "--out", "out"]) == 0
+    assert seen["data_dir"] == tmp_path
+    assert main(["eval", "mteb", str(saved), "--specs", "F*", "--data-dir", "elsewhere", "--out", "out2"]) == 0
+    assert str(seen["data_dir"]) == "elsewhere"
+
+
+# --- failures name the right problem, in one line -------------------------------------------------------
+
+
+def test_missing_model_folder_is_named_before_the_spec(tmp_path, capsys):
+    missing = str(tmp_path / "does-not-exist")
+    assert main(["encode", missing, "--text", "a", "-o", str(tmp_path / "v.npy")]) == 1
+    assert f"no model folder at {missing}" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name", ["missing_dir", "./missing_dir", "missing/dir/x"])
+def test_plan_with_a_missing_model_says_so(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "F*", "--model", name]) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert f"no model folder at {name}" in err and "Repo id" not in err
+    assert capsys.readouterr().out == ""
+
+
+def test_plan_reads_the_depth_through_the_library(saved, capsys):
+    assert main(["plan", "F* | B", "--model", str(saved)]) == 0
+    assert "on 4 layers" in capsys.readouterr().out
+
+
+def test_plan_prints_nothing_before_a_depth_error(capsys):
+    assert main(["plan", "F*2 | B*3", "--depth", "4"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("nosink: error: bad spec: ")
+
+
+def test_spec_errors_carry_no_terminal_escapes(capsys):
+    assert main(["plan", "F* | \x1b]0;pwned\x07", "--depth", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b" in err
+
+
+def test_a_truncated_weights_file_is_one_line(tmp_path, capsys):
+    folder = tmp_path / "plain"
+    tiny_decoder("llama").save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    capsys.readouterr()
+    assert main(["encode", str(folder), "--spec", "F*", "--text", "a", "-o", str(tmp_path / "v.npy")]) == 1
+    one_error_line(capsys.readouterr().err)
+
+
+def test_an_unexpected_library_error_is_one_line_and_v_shows_the_traceback(saved, tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise TypeError("'int' object is not\nsubscriptable \x1b[31m")
+
+    monkeypatch.setattr(nosink.EncoderFromDecoder, "from_pretrained", broken)
+    argv = ["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.npy")]
+    assert main(argv) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert "TypeError: 'int' object is not subscriptable \\x1b[31m" in err
+    assert main(["-v", *argv]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("nosink: error: TypeError")
+
+
+def test_ctrl_c_is_one_line_and_exit_130(saved, tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nosink.EncoderFromDecoder, "from_pretrained", interrupted)
+    assert main(["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.npy")]) == 130
+    assert one_error_line(capsys.readouterr().err) == "nosink: error: interrupted\n"
