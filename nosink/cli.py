@@ -256,7 +256,7 @@ def _data_folder(sub: str = "") -> Path | None:
 
 def _load_config(name: str) -> Any:
     # The one import of the library's config loader (with its checks); update here if it moves.
-    from nosink.models.saving import load_config
+    from nosink.models.loading import load_config
 
     return load_config(name)
 
