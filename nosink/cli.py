@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import traceback
@@ -57,24 +58,25 @@ def _count(minimum: int = 1) -> Callable[[str], int]:
     return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"the value must be a positive number, got {printable(repr(text))}")
-    return value
+def _number(low: float, high: float, *, low_included: bool) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]`` unless ``low_included``)."""
+    wanted = f"between {low:g} and {high:g}" if low_included else "a positive number"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
+        above = value >= low if low_included else value > low
+        if not (above and value <= high and math.isfinite(value)):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"the value must be {wanted}, got {printable(repr(text))}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"the value must be between 0 and 1, got {printable(repr(text))}")
-    return value
+_positive_float = _number(0, float("inf"), low_included=False)
+_fraction = _number(0, 1, low_included=True)
 
 
 _FORMATS = {".npy": "npy", ".safetensors": "safetensors"}
