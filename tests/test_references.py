@@ -20,7 +20,7 @@ FAMILIES = sorted(CONFIGS)
 ATTN = ["sdpa", "eager"]
 
 IDS = torch.randint(3, 90, (4, 8), generator=torch.Generator().manual_seed(7))
-# a full row, a right-padded row, a left-padded row, a row padded on both... no: a short left-padded row
+# a full row, a right-padded row, a left-padded row and a short left-padded row
 MASK = torch.tensor([[1] * 8, [1] * 5 + [0] * 3, [0] * 2 + [1] * 6, [0] * 5 + [1] * 3])
 REAL = MASK.bool()
 POS = (MASK.cumsum(-1) - 1).clamp(min=0)  # counted from each row's first real token, written here
