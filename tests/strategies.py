@@ -60,7 +60,62 @@ def specs_with_depth(draw):
     return spec, depth
 
 
-# Spec-like text: tokens of the language and a few that do not belong, glued with random spacing.
+_NAMES = {"F": ["F", "FWD"], "B": ["B", "BIDIR"], "R": ["R", "BACK"]}
+_SPACES = st.sampled_from(["", "", " ", "  ", "\t", "\n"])
+
+
+@st.composite
+def _cased(draw, name: str) -> str:
+    """``name`` with each letter's case drawn (names are case-insensitive)."""
+    return "".join(ch.lower() if draw(st.booleans()) else ch for ch in name)
+
+
+@st.composite
+def printed(draw, spec: Spec) -> str:
+    """Valid text for ``spec``, printed in any of its spellings: aliases (FWD, BIDIR, BACK), any case,
+    any spacing between tokens, ``X`` or ``X*1`` for one layer, ``X*`` for a fill."""
+
+    def sp() -> str:
+        return draw(_SPACES)
+
+    def kind(k: Kind) -> str:
+        name = draw(st.sampled_from(_NAMES[k.direction])) if k.sink is None else f"M{k.sink}{k.direction}"
+        return draw(_cased(name))
+
+    def segment(seg: Segment) -> str:
+        if seg.count is None:
+            return kind(seg.kind) + sp() + "*"
+        if seg.count == 1 and draw(st.booleans()):
+            return kind(seg.kind)
+        return kind(seg.kind) + sp() + "*" + sp() + str(seg.count)
+
+    def segments(segs) -> str:
+        return (sp() + "|" + sp()).join(segment(s) for s in segs)
+
+    def item(it) -> str:
+        if isinstance(it, Segment):
+            return segment(it)
+        return draw(_cased(it.op)) + sp() + "(" + sp() + segments(it.segments) + sp() + ")"
+
+    return sp() + (sp() + "|" + sp()).join(item(it) for it in spec.items) + sp()
+
+
+@st.composite
+def spec_texts(draw) -> tuple[Spec, str]:
+    """A valid spec and one valid text that spells it."""
+    spec = draw(specs())
+    return spec, draw(printed(spec))
+
+
+@st.composite
+def spec_texts_with_depth(draw) -> tuple[Spec, str, int]:
+    """A valid spec, a text that spells it, and a depth it resolves against."""
+    spec, depth = draw(specs_with_depth())
+    return spec, draw(printed(spec)), depth
+
+
+# Spec-like text: tokens of the language and a few that do not belong, glued with random spacing. Almost
+# none of it parses (about 1 in 100): it tests malformed input; spec_texts gives valid text.
 _TOKENS = [
     "F",
     "B",

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_runner import SKIP, blocks, commands, needs, problems
+from docs_runner import SKIP, blocks, command_problems, commands, needs, output_matches, problems
+from resources import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "docs_runner.py"
@@ -33,7 +34,7 @@ def test_every_block_is_run_or_declared(page):
 def test_page_examples_run(page):
     done = _run(page)
     if done.returncode == SKIP:
-        pytest.skip(done.stdout.strip().splitlines()[-1])
+        missing(done.stdout.strip().splitlines()[-1])  # a failure with NOSINK_REQUIRE_RESOURCES=1
     assert done.returncode == 0, f"{page.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     assert done.stdout.strip().splitlines()[-1].startswith("OK ")
 
@@ -44,20 +45,37 @@ def test_the_docs_have_runnable_examples():
 
 
 def test_commands_of_long_runs_still_parse():
-    """Blocks marked as long runs are not run, but their nosink commands must fit the current CLI."""
-    import shlex
-
-    from nosink.cli import _parser
-
-    checked = 0
+    """Blocks marked as long runs are not run, but their nosink commands must fit the current CLI,
+    their specs must parse and their configuration names must make a sweep."""
+    checked, found = 0, []
     for page in PAGES:
         for block in blocks(page.read_text()):
             if block.skip and block.lang == "bash":
                 for cmd in commands(block.code):
                     if cmd.startswith("nosink "):
-                        _parser().parse_args(shlex.split(cmd)[1:])  # argparse exits on a bad command
+                        found += command_problems(cmd.replace("${S[@]}", "F*"))  # the results page's spec list
                         checked += 1
+    assert found == []
     assert checked >= 10
+
+
+@pytest.mark.parametrize(
+    "cmd, problem",
+    [
+        ('nosink eval mteb demo --specs "F*" "F* | Q*7" --tasks STSBenchmark', "spec 'F* | Q*7' does not parse"),
+        ("nosink plan 'F* | B*' --depth 4", "spec 'F* | B*' does not parse"),
+        ('nosink inspect demo --compare "M0F*" "M0R*"', "spec 'M0R*' does not parse"),
+        ('nosink eval sweep demo --configs INPLACE-BIDIR "MASK0-BIDRI" --ks 1 2', "do not make a sweep"),
+        ("nosink eval sweep demo --configs INPLACE-BIDIR --ks 1 --nope", "does not parse with the current"),
+    ],
+)
+def test_bad_specs_and_configurations_in_shown_commands_are_found(cmd, problem):
+    found = command_problems(cmd)
+    assert len(found) == 1 and problem in found[0], found
+    fixed = {"Q*7": "B*7", "| B*'": "| B*2'", "M0R*": "M0B*", "BIDRI": "BIDIR", " --nope": ""}
+    for bad, good in fixed.items():
+        cmd = cmd.replace(bad, good)
+    assert command_problems(cmd) == []
 
 
 # --- the runner itself must fail on what it is there to catch ------------------------------------
@@ -111,3 +129,49 @@ def test_resources_are_detected():
     assert not needs("the metadata/ folder")["data"]
     assert not needs("the data we use\n\n```python\nx = 1\n```\n")["data"]  # prose does not count
     assert needs('```python\nx = "data/conll2003"\n```\n')["data"]
+
+
+def test_runner_checks_shown_output_of_python_and_bash_blocks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nprint(1 + 1)\n```\n\nIt prints:\n\n```text\n3\n```\n")
+    done = _run(page)
+    assert done.returncode not in (0, SKIP)
+    assert "output shown at line 7" in done.stderr and "--- printed:\n2" in done.stderr
+    page.write_text("```bash\nnosink plan 'F* | B' --depth 2\n```\n\n```text\nstep  stream  layer  kind  role\n```\n")
+    assert _run(page).returncode not in (0, SKIP)
+    page.write_text(
+        "```bash\nnosink plan 'F* | B' --depth 2\n```\n\n```text\n...\nstep  stream  layer  kind  role\n...\n```\n"
+    )
+    assert _run(page).returncode == 0
+
+
+def test_shown_blocks_that_are_not_output_are_marked_or_in_another_section(tmp_path):
+    page = tmp_path / "page.md"
+    not_output = "```python\nprint(2)\n```\n\n<!-- docs-test: not-output the grammar -->\n```text\nx := y\n```\n"
+    new_section = "```python\nprint(2)\n```\n\n## Next\n\n```text\nx := y\n```\n"
+    for text in (not_output, new_section):
+        page.write_text(text)
+        assert _run(page).returncode == 0
+    assert problems("<!-- docs-test: not-output -->\n```text\nx\n```\n")  # a reason is required
+
+
+@pytest.mark.parametrize(
+    "shown, printed, same",
+    [
+        ("2\n", "2\n", True),
+        ("3\n", "2\n", False),
+        ("a\n...\nz\n", "a\nb\nc\nz\n", True),
+        ("a\n...\nz\n", "a\nz\n", True),
+        ("a\n...\nz\n", "a\nb\n", False),
+        ("a\nb\n", "a\nb\nc\n", False),  # nothing left over
+        ("x ... y\n", "x 1 2 y\n", True),
+        ("gap +0.143\n", "gap +0.144\n", True),  # one unit in the last digit: rounding
+        ("gap +0.143\n", "gap +0.145\n", False),
+        ("gap +0.143\n", "gap +0.1431\n", False),  # printed with other decimals
+        ("0.5 1\n", "0.6 1\n", False),  # one decimal: exact
+        ("(8, 576)\n", "(8, 577)\n", False),  # integers: exact
+        ("a  \n\n", "a\n", True),  # trailing spaces and blank lines
+    ],
+)
+def test_output_matching_rules(shown, printed, same):
+    assert output_matches(shown, printed) is same

@@ -195,8 +195,24 @@ def test_additive_form():
     low = torch.finfo(torch.float16).min
     assert add.dtype == torch.float16
     assert add[0, 0].tolist() == [[0, low, low], [0, 0, low], [low, low, 0]]
-    # softmax over an additive row never gives NaN, even in float16
-    assert not torch.isnan(torch.softmax(add.float() + torch.randn(1, 1, 3, 3), -1)).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("kind", [Kind("F"), Kind("R"), Kind("B", sink=0), Kind("F", sink=1)])
+def test_additive_masks_give_finite_attention_in_their_own_dtype(kind, dtype):
+    # Scores in the mask's own dtype, mostly negative so that forbidden entries overflow to -inf in
+    # float16: a row is NaN only if every key is forbidden, which the mask must never allow (a padding
+    # query attends itself). Rows 0 and 1 hold padding queries; forbidden keys must get no weight.
+    attention_mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    allowed = build_mask(kind, attention_mask)
+    add = additive_mask(allowed, dtype)
+    assert add.dtype == dtype
+    scores = (torch.randn(3, 2, 5, 5, generator=torch.Generator().manual_seed(0)) * 10 - 40).to(dtype)
+    probs = torch.softmax(scores + add, dim=-1)
+    assert probs.dtype == dtype
+    assert torch.isfinite(probs).all()
+    assert (probs.float().sum(-1) - 1).abs().max() <= 1e-2
+    assert (probs.float() * ~allowed).abs().max() == 0
 
 
 @pytest.mark.parametrize(

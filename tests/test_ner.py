@@ -68,7 +68,12 @@ def test_sweep_of_specs_in_one_pass(encoder):
     specs = ["F*", "F* | B*2", "F* | M0B*2"]
     results = evaluate_ner(encoder, train, evaluation, specs=specs, show_progress_bar=False)
     assert [r.spec for r in results] == specs
-    assert all(0.0 <= r.f1 <= 1.0 and r.n_train == 40 and r.n_eval == 20 for r in results)
+    assert all(r.n_train == 40 and r.n_eval == 20 for r in results)
+    for r in results:  # each equals the probe run alone, on an encoder built for that spec only
+        alone = EncoderFromDecoder(encoder.decoder, r.spec, encoder.tokenizer)
+        (one,) = evaluate_ner(alone, train, evaluation, show_progress_bar=False)
+        assert (r.f1, r.precision, r.recall) == pytest.approx((one.f1, one.precision, one.recall), abs=1e-9)
+    assert len({r.f1 for r in results}) > 1  # the specs give different features, and different scores
 
 
 def test_truncated_words_are_predicted_outside(encoder):
@@ -135,3 +140,30 @@ def test_max_length_without_room_for_words_is_an_error(encoder):
     with pytest.raises(ValueError, match="leaves no room for words"):
         evaluate_ner(encoder, make_sentences(5), make_sentences(5), config=NERConfig(max_length=1),
                      show_progress_bar=False)  # fmt: skip
+
+
+def test_scores_equal_seqeval_on_hand_made_predictions():
+    # One-hot word features and a training set where each word always has one tag: the probe learns that
+    # map, so its predictions are known by hand. The evaluation gold disagrees on purpose in places, so the
+    # expected scores are neither 0 nor 1; they are computed here with seqeval on the hand-made predictions.
+    from seqeval.metrics import precision_score, recall_score
+
+    tag_of = {w: "B-LOC" for w in CITIES} | {w: "B-PER" for w in PEOPLE} | {w: "O" for w in FILLER}
+    rng = random.Random(13)
+    train = []
+    for _ in range(200):
+        words = tuple(rng.choice(sorted(tag_of)) for _ in range(rng.randint(2, 6)))
+        train.append(Sentence(words, tuple(tag_of[w] for w in words)))
+    evaluation = [
+        Sentence(("paris", "is", "good"), ("B-LOC", "O", "O")),
+        Sentence(("london", "we", "sat"), ("B-PER", "B-PER", "O")),  # london tagged PER: a wrong prediction
+        Sentence(("the", "cat", "i"), ("O", "B-LOC", "B-PER")),  # a missed entity
+        Sentence(("france", "england", "you"), ("B-LOC", "B-LOC", "B-PER")),
+    ]
+    predicted = [[tag_of[w] for w in s.words] for s in evaluation]
+    gold = [list(s.tags) for s in evaluation]
+    config = NERConfig(lr=0.1, epochs=30)
+    (result,) = evaluate_ner(OneHotWords(), train, evaluation, ["one-hot"], config, show_progress_bar=False)
+    expected = (f1_score(gold, predicted), precision_score(gold, predicted), recall_score(gold, predicted))
+    assert 0 < expected[0] < 1 and expected[1] != expected[2]
+    assert (result.f1, result.precision, result.recall) == pytest.approx(expected, abs=1e-12)

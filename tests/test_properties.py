@@ -3,9 +3,17 @@
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import kinds, padded_rows, spec_like_text, specs, specs_with_depth
+from strategies import (
+    kinds,
+    padded_rows,
+    spec_like_text,
+    spec_texts,
+    spec_texts_with_depth,
+    specs,
+    specs_with_depth,
+)
 
-from nosink.layerspec import Kind, SpecError, build_mask, parse_spec
+from nosink.layerspec import Block, Fork, Kind, LayerStep, Merge, Segment, SpecError, build_mask, parse_spec
 
 settings.register_profile("nosink", max_examples=200, deadline=None)
 settings.load_profile("nosink")
@@ -37,12 +45,81 @@ def test_any_text_parses_or_raises_spec_error(text):
     assert parse_spec(str(spec)) == spec
 
 
-@given(spec_like_text, st.integers(1, 40))
+@given(st.one_of(spec_like_text, spec_texts().map(lambda pair: pair[1])), st.integers(1, 40))
 def test_resolving_any_parsed_text_raises_only_spec_error(text, depth):
     try:
-        parse_spec(text).resolve(depth)
+        spec = parse_spec(text)
     except SpecError:
-        pass
+        return
+    try:
+        plan = spec.resolve(depth)
+    except SpecError as err:
+        assert err.problem in str(err)
+        assert "layers" in err.problem or "depth" in err.problem  # resolving fails only on depth
+        return
+    assert plan.depth == depth and len(plan.stack) == depth
+    assert plan.spec == spec
+
+
+@given(spec_texts())
+def test_printed_spellings_of_a_spec_parse_to_it(pair):
+    spec, text = pair
+    assert parse_spec(text) == spec
+    assert str(parse_spec(text)) == str(spec)
+
+
+def _expand(segments, fill: int) -> list[Kind]:
+    return [seg.kind for seg in segments for _ in range(fill if seg.count is None else seg.count)]
+
+
+@given(spec_texts_with_depth())
+def test_resolved_plan_follows_the_spec(triple):
+    # Expected layers, written from the spec language's rules, compared with the plan's steps by role.
+    spec, text, depth = triple
+    plan = parse_spec(text).resolve(depth)
+    placed = [
+        seg for it in spec.items if not (isinstance(it, Block) and it.op in ("EXTRA", "EXTEND")) for seg in _segs(it)
+    ]
+    fill = depth - sum(seg.count or 0 for seg in placed)
+    stack: list[Kind] = []
+    inter: list[tuple[int, Kind]] = []
+    extras: list[list[tuple[int, Kind]]] = []
+    extend: list[Kind] = []
+    for it in spec.items:
+        if isinstance(it, Segment):
+            stack += _expand([it], fill)
+        elif it.op == "INTER":
+            kinds = _expand(it.segments, fill)
+            inter += [(len(stack) + i, k) for i, k in enumerate(kinds)]
+            stack += [Kind("F")] * len(kinds)  # INTER's forward copy runs in the main stack
+        elif it.op == "EXTRA":
+            extras.append(list(enumerate(_expand(it.segments, fill))))  # from layer 0, the embeddings' branch
+        else:
+            extend += _expand(it.segments, fill)
+    steps = plan.layer_steps
+    assert [(s.layer, s.kind) for s in steps if s.role == "stack"] == list(enumerate(stack))
+    assert all(s.stream == "main" for s in steps if s.role in ("stack", "extend"))
+    assert [(s.layer, s.kind) for s in steps if s.role == "inter"] == inter
+    assert all(s.stream == "inter" for s in steps if s.role == "inter")
+    extra_streams = sorted({s.stream for s in steps if s.role == "extra"})
+    assert len(extra_streams) == len(extras)
+    for name, expected in zip(extra_streams, extras, strict=True):
+        assert [(s.layer, s.kind) for s in steps if s.stream == name] == expected
+    # EXTEND: on the top layer's weights, after every other step on the main stream
+    assert [(s.layer, s.kind) for s in steps if s.role == "extend"] == [(depth - 1, k) for k in extend]
+    main = [s for s in plan.steps if isinstance(s, LayerStep) and s.stream == "main"]
+    assert [s.role for s in main] == ["stack"] * depth + ["extend"] * len(extend)
+    # EXTRA branches fork from the embeddings (before any layer) and merge after the last layer
+    forks = [i for i, s in enumerate(plan.steps) if isinstance(s, Fork) and s.target.startswith("extra")]
+    merges = [i for i, s in enumerate(plan.steps) if isinstance(s, Merge) and s.source.startswith("extra")]
+    first_main = min((i for i, s in enumerate(plan.steps) if s in main), default=len(plan.steps))
+    last_layer = max(i for i, s in enumerate(plan.steps) if isinstance(s, LayerStep))
+    assert all(i < first_main for i in forks) and all(i > last_layer for i in merges)
+    assert len(forks) == len(merges) == len(extras)
+
+
+def _segs(item):
+    return item.segments if isinstance(item, Block) else (item,)
 
 
 @given(specs_with_depth())

@@ -81,7 +81,12 @@ def test_suggestion_needs_the_stock_profile_and_has_neighbours():
     with pytest.raises(ValueError, match="unconverted model"):
         suggest_spec(sink_profile(encoder, TEXTS), depth=4)
     near = neighbours(suggest_spec(sink_profile(planted_sink_gpt2(), TEXTS), depth=4), depth=4, step=1)
-    assert parse_spec("F* | B*2 | M0B") in near and all(s.resolve(4) for s in near)
+    # (k, k0) = (3, 1) and its neighbours at k +- 2, k0 +- 1 that fit 1 <= k0 <= k <= 4
+    assert [str(s) for s in near] == ["F* | M0B", "F* | B*2 | M0B", "F* | B | M0B*2"]
+    assert parse_spec("F* | B*2 | M0B") in near
+    for s in near:  # each resolves to k converted top layers, the top k0 of them hiding the sink
+        stack = [str(k) for k in s.resolve(4).stack]
+        assert stack in (["F", "F", "F", "M0B"], ["F", "B", "B", "M0B"], ["F", "B", "M0B", "M0B"]), stack
 
 
 def test_figures_and_table(tmp_path):

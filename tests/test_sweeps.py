@@ -7,6 +7,7 @@ from test_ner import make_sentences
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
+from nosink.evals.ner import evaluate_ner
 from nosink.evals.run_sweeps import ner_sweep
 from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, read_table, write_table
 
@@ -57,7 +58,13 @@ def test_ner_sweep_end_to_end(tmp_path):
         meta={"model": "tiny"}, show_progress_bar=False,
     )  # fmt: skip
     assert [str(c.spec) for c in cs] == ["F*", "F* | B", "F* | B*2", "F* | M0B", "F* | B | M0B"]
-    assert all(0 <= c.scores["f1"] <= 1 for c in cs)
+    for c in cs:  # each score equals the probe run alone on an encoder built for that spec only
+        alone = EncoderFromDecoder(encoder.decoder, c.spec, encoder.tokenizer)
+        (one,) = evaluate_ner(alone, train, evaluation, show_progress_bar=False)
+        assert (c.scores["f1"], c.scores["precision"], c.scores["recall"]) == pytest.approx(
+            (one.f1, one.precision, one.recall), abs=1e-9
+        )
+    assert len({c.scores["f1"] for c in cs}) > 1
     meta = json.loads((tmp_path / "ner_sweep.json").read_text())["meta"]
     assert meta["n_train"] == 30 and meta["model"] == "tiny" and set(meta["best"]) == {
         "BASELINE", "INPLACE-BIDIR", "MASK0&BIDIR",

@@ -1,0 +1,157 @@
+"""The numbers in the results page equal the committed JSON/CSV files they summarise.
+
+``docs/results/README.md`` is written by hand from the files the evaluation commands wrote; each of its
+tables is read here and every score in it is looked up in its source file, rounded as shown.
+"""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nosink import parse_spec
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+SMOL = RESULTS / "smollm2-135m"
+PAGE = (RESULTS / "README.md").read_text()
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Every Markdown table of ``text``: rows of cells (header first, the ``---`` row dropped)."""
+    out: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(set(c) <= {"-", ":"} for c in cells):
+                current.append(cells)
+        elif current:
+            out.append(current)
+            current = []
+    return out
+
+
+def table(first_header: str) -> list[list[str]]:
+    found = [t for t in tables(PAGE) if t[0][0] == first_header]
+    assert len(found) == 1, f"one table headed {first_header!r} expected, found {len(found)}"
+    return found[0]
+
+
+def number(cell: str) -> float:
+    return float(cell.strip("*"))
+
+
+def spec_in(cell: str) -> str:
+    (spec,) = re.findall(r"`([^`]+)`", cell)
+    return str(parse_spec(spec))
+
+
+def sweep(*folders: str) -> list[dict]:
+    rows = []
+    for folder in folders:
+        name = next((SMOL / folder).glob("*_sweep.csv"))
+        rows += list(csv.DictReader(name.open()))
+    return rows
+
+
+def by_spec(rows: list[dict], metric: str) -> dict[str, float]:
+    return {str(parse_spec(r["spec"])): float(r[metric]) for r in rows}
+
+
+def shown(value: float, cell: str) -> bool:
+    """Whether ``cell`` shows ``value`` rounded to the cell's decimals."""
+    decimals = len(cell.strip("*").split(".")[1])
+    return f"{value:.{decimals}f}" == cell.strip("*")
+
+
+NER = sweep("ner")
+
+
+def test_ner_sweep_table_equals_its_csv():
+    rows = table("config")
+    ks = [int(h.removeprefix("k=")) for h in rows[0][1:]]
+    checked = 0
+    for cells in rows[1:]:
+        config, _, k0 = cells[0].partition(" k0=")
+        for k, cell in zip(ks, cells[1:], strict=True):
+            if not re.fullmatch(r"\**\d\.\d+\**", cell):
+                continue
+            (row,) = [r for r in NER if r["config"] == config and int(r["k"]) == k and r["k0"] == k0]
+            assert shown(float(row["f1"]), cell), (config, k, k0, cell, row["f1"])
+            checked += 1
+        bold = [cell for cell in cells[1:] if cell.startswith("**")]
+        family = [float(r["f1"]) for r in NER if r["config"] == config and r["k0"] == k0]
+        assert len(bold) == 1 and shown(max(family), bold[0]), (config, k0)  # the bold one is the row's best
+    assert checked >= 45
+    assert f"BASELINE (`F*`) is **{float(NER[0]['f1']):.3f}**" in PAGE
+
+
+def test_mteb_and_baselines_table_equals_the_summaries():
+    rows = table("model / spec")
+    sts = json.loads((SMOL / "mteb-sts" / "summary.json").read_text())["tasks"]
+    cls = json.loads((SMOL / "mteb-cls" / "summary.json").read_text())["tasks"]
+    ner = by_spec(NER, "f1")
+    for cells in rows[1:]:
+        if cells[0].startswith("SmolLM2"):
+            spec = spec_in(cells[0])
+            want = [
+                sts["STSBenchmark"]["scores"][spec],
+                cls["Banking77Classification"]["scores"][spec],
+                cls["EmotionClassification"]["scores"][spec],
+                ner[spec],
+            ]
+        else:
+            name = cells[0].split()[0]
+            base = RESULTS / "baselines" / name
+            bsts = json.loads((base / "mteb-sts" / "summary.json").read_text())["tasks"]
+            bcls = json.loads((base / "mteb-cls" / "summary.json").read_text())["tasks"]
+            want = [
+                bsts["STSBenchmark"]["scores"]["(encoder)"],
+                bcls["Banking77Classification"]["scores"]["(encoder)"],
+                bcls["EmotionClassification"]["scores"]["(encoder)"],
+                json.loads((base / "ner" / "ner.json").read_text())["result"]["f1"],
+            ]
+        for value, cell in zip(want, cells[1:], strict=True):
+            assert shown(value, cell), (cells[0], cell, value)
+    assert len(rows) == 1 + 7
+
+
+@pytest.mark.parametrize(
+    "column, folders, metric",
+    [
+        ("STSBenchmark", ("sts-architectures", "sts-extend", "sts-mask0"), "cosine_spearman"),
+        ("NER F1", ("ner-architectures", "ner-extend"), "f1"),
+    ],
+    ids=["sts", "ner"],
+)
+def test_best_spec_tables_equal_the_sweeps(column, folders, metric):
+    rows = sweep(*folders)
+    scores = by_spec(rows, metric)
+    found = [t for t in tables(PAGE) if t[0][:3] == ["configuration", "best spec", column]]
+    assert len(found) == 1
+    for cells in found[0][1:]:
+        config, spec, cell = cells[0], spec_in(cells[1]), cells[2]
+        assert shown(scores[spec], cell), (config, spec, cell)
+        family = [float(r[metric]) for r in rows if r["config"] == config]
+        assert scores[spec] == max(family), (config, spec)  # the best spec is the family's best
+
+
+def test_suggestion_search_table_equals_its_csv():
+    scores = by_spec(NER + sweep("suggestion-search"), "f1")
+    rows = table("spec")
+    for cells in rows[1:]:
+        assert shown(scores[spec_in(cells[0])], cells[1]), cells
+    assert len(rows) == 1 + 4
+
+
+def test_mask0_last_and_mid_line_equals_its_csv():
+    scores = by_spec(sweep("mask0-last-mid"), "f1")
+    for name, spec in (("MASK0-LAST", "F* | B*4 | M0B*16"), ("MASK0-MID", "F* | B*12 | M0B*8")):
+        assert f"{name} `{spec}`: {scores[spec]:.3f}" in PAGE
+
+
+def test_table_reader_sees_escaped_bars_and_drops_rules():
+    text = "| a | b |\n|---|---|\n| `F* \\| B` | 0.5 |\n\nprose\n"
+    assert tables(text) == [[["a", "b"], ["`F* | B`", "0.5"]]]
