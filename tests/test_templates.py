@@ -376,3 +376,20 @@ def test_mteb_adapter_refuses_a_cache_of_another_template():
     model = NosinkMTEBEncoder(encoder, SPEC, cache=cache, template=ECHO)
     assert model.experiment_kwargs["template"] == "Echo"
     assert model.instruction(mteb.get_task("SciFact").metadata, "query") is None
+
+
+def test_an_mteb_sweep_runs_every_spec_through_the_template(tmp_path):
+    import json
+
+    from test_mteb import write_data
+
+    from nosink.evals.mteb_run import run_mteb
+    from nosink.evals.run_sweeps import mteb_sweep
+
+    write_data(tmp_path / "data")
+    encoder = tiny_encoder("F*")
+    cs = mteb_sweep(encoder, "STSBenchmark", ["MASK0-BIDIR"], tmp_path / "out", tmp_path / "data", ks=[2],
+                    template="MetaEOL")  # fmt: skip
+    alone = run_mteb(tiny_encoder("F* | M0B*2"), ["STSBenchmark"], tmp_path / "data", tmp_path / "o", template=METAEOL)
+    assert cs[-1].scores["cosine_spearman"] == pytest.approx(alone["tasks"]["STSBenchmark"]["scores"][SPEC], abs=1e-6)
+    assert json.loads((tmp_path / "out" / "mteb_sweep.json").read_text())["meta"]["template"] == "MetaEOL"
