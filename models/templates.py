@@ -8,7 +8,8 @@ it composes with every layer spec and with ``instruction`` (which goes before th
 Each wording below was checked against the authors' released code (the commit is named); the
 papers' own evaluation scripts also edit each sentence before it enters the prompt (a final period
 is added when the sentence has none, double quotes become single quotes, a final ``?`` becomes
-``.``) and strip the prompt. nosink does not: the text goes in as given.
+``.``) and strip the prompt. ``encode`` does not: the text goes in as given. To reproduce the
+scripts, apply :func:`senteval_edit` to the texts first.
 
 >>> PROMPT_EOL.render("A cat sat.")
 ['This sentence : "A cat sat." means in one word:"']
@@ -33,6 +34,7 @@ __all__ = [
     "PROMPT_EOL",
     "as_template",
     "by_name",
+    "senteval_edit",
 ]
 
 PROMPT_EOL = Template(
@@ -158,3 +160,24 @@ def as_template(template: Template | str | None) -> Template | None:
             )
         return by_name(template)
     raise TypeError(f"template must be a Template, a preset name or None, got {type(template).__name__}")
+
+
+def senteval_edit(text: str) -> str:
+    """A sentence as the PromptEOL, Pretended CoT/KE and MetaEOL evaluation scripts edit it before prompting.
+
+    A period is added when the sentence ends in none of ``. ? " '``, double quotes become single
+    quotes (the prompt quotes the sentence), and a final ``?`` becomes ``.`` (kongds/scaling_sentemb,
+    ZBWpro/PretCoTandKE and Yibin-Lei/MetaEOL, ``evaluation.py``, ``batcher``). The scripts also strip the
+    filled-in prompt, which changes nothing for these presets unless the text ends in spaces.
+
+    >>> senteval_edit('He said "no" twice')
+    "He said 'no' twice."
+    >>> senteval_edit("Why?"), senteval_edit("")
+    ('Why.', '')
+    """
+    if text and text[-1] not in ".?\"'":
+        text += "."
+    text = text.replace('"', "'")
+    if text and text[-1] == "?":
+        text = text[:-1] + "."
+    return text

@@ -393,3 +393,15 @@ def test_an_mteb_sweep_runs_every_spec_through_the_template(tmp_path):
     alone = run_mteb(tiny_encoder("F* | M0B*2"), ["STSBenchmark"], tmp_path / "data", tmp_path / "o", template=METAEOL)
     assert cs[-1].scores["cosine_spearman"] == pytest.approx(alone["tasks"]["STSBenchmark"]["scores"][SPEC], abs=1e-6)
     assert json.loads((tmp_path / "out" / "mteb_sweep.json").read_text())["meta"]["template"] == "MetaEOL"
+
+
+@given(st.text(st.sampled_from("ab .\"?'!"), max_size=8))
+def test_senteval_edit_is_the_published_batchers_edit(s):
+    # The sentence edit of the authors' SentEval batchers (kongds/scaling_sentemb, Yibin-Lei/MetaEOL), verbatim.
+    text = s
+    if len(s) > 0 and s[-1] not in ".?\"'":
+        s += "."
+    s = s.replace('"', "'")
+    if len(s) > 0 and "?" == s[-1]:
+        s = s[:-1] + "."
+    assert templates.senteval_edit(text) == s
