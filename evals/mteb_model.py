@@ -11,6 +11,7 @@ sweep, :class:`SpecSweepCache` encodes each text once for all the sweep's specs
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,13 +31,24 @@ if TYPE_CHECKING:
     from mteb import TaskMetadata
     from mteb.models.model_meta import ModelMeta
 
-__all__ = ["NosinkMTEBEncoder", "SpecSweepCache"]
+__all__ = ["NosinkMTEBEncoder", "SpecSweepCache", "template_name"]
 
 logger = logging.getLogger(__name__)
 
 
 def _spec_name(spec: str | Spec) -> str:
     return str(as_spec(spec))
+
+
+def template_name(template: Template) -> str:
+    """A template's name for result files: its own, else ``template-`` and a hash of its prompts and target.
+
+    A name keeps mteb's result folders short and free of quotes and newlines, however long the prompts.
+    """
+    if template.name:
+        return template.name
+    digest = hashlib.sha256(repr((template.formats, template.target, template.copy)).encode("utf-8")).hexdigest()
+    return f"template-{digest[:12]}"
 
 
 def _model_name(encoder: EncoderFromDecoder) -> str:
@@ -152,8 +164,9 @@ class NosinkMTEBEncoder:
         max_length: at most this many tokens per input.
         experiment_kwargs: extra entries for the ModelMeta's ``experiment_kwargs`` (e.g. ``limit``).
         template: a prompt template (a :class:`~nosink.models.texts.Template` or a preset's name:
-            ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) used instead of the instructions; its name is
-            recorded in ``experiment_kwargs``, so each template gets its own result folder.
+            ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) used instead of the instructions; its name
+            (:func:`template_name`) is recorded in ``experiment_kwargs``, so each template gets its own
+            result folder, and ``pooling`` there says ``last`` for a last-token template.
 
     Raises:
         ValueError: if ``spec`` is not in ``cache``'s sweep, the cache encodes with another template,
@@ -188,9 +201,10 @@ class NosinkMTEBEncoder:
         self.revision = revision or encoder.revision or "no_revision_available"
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length = positive_int(max_length, "max_length")
-        self.experiment_kwargs = {"spec": self.spec, "pooling": "mean", **dict(experiment_kwargs or {})}
+        pooling = "last" if self.template is not None and self.template.target == "last" else "mean"
+        self.experiment_kwargs = {"spec": self.spec, "pooling": pooling, **dict(experiment_kwargs or {})}
         if self.template is not None:
-            self.experiment_kwargs["template"] = str(self.template)
+            self.experiment_kwargs["template"] = template_name(self.template)
         self._meta: ModelMeta | None = None
 
     # ----------------------------------------------------------------- protocol

@@ -23,7 +23,7 @@ from nosink.models.templates import as_template
 from nosink.models.texts import Template
 
 from .mteb_data import load_task_data
-from .mteb_model import NosinkMTEBEncoder, SpecSweepCache
+from .mteb_model import NosinkMTEBEncoder, SpecSweepCache, template_name
 from .mteb_subsample import subsample
 from .mteb_tasks import resolve_tasks
 
@@ -240,7 +240,7 @@ def run_mteb(
         "model": lineup.name,
         "revision": lineup.revision,
         "specs": list(lineup.models),
-        "template": str(as_template(template)) if template is not None else None,
+        "template": template_name(as_template(template)) if template is not None else None,
         "limit": limit,
         "note": _note(limit, seed),
         "out_dir": str(out_dir),

@@ -374,8 +374,20 @@ def test_mteb_adapter_refuses_a_cache_of_another_template():
     with pytest.raises(ValueError, match="the cache encodes with template Echo, not PromptEOL"):
         NosinkMTEBEncoder(encoder, SPEC, cache=cache, template="PromptEOL")
     model = NosinkMTEBEncoder(encoder, SPEC, cache=cache, template=ECHO)
-    assert model.experiment_kwargs["template"] == "Echo"
+    assert model.experiment_kwargs["template"] == "Echo" and model.experiment_kwargs["pooling"] == "mean"
     assert model.instruction(mteb.get_task("SciFact").metadata, "query") is None
+    assert NosinkMTEBEncoder(encoder, template="MetaEOL").experiment_kwargs["pooling"] == "last"
+
+
+def test_an_unnamed_template_is_filed_under_a_short_hash():
+    import hashlib
+
+    from nosink.evals.mteb_model import template_name
+
+    mine = Template('Say "{text}" in one word:"\n', target="last")
+    expected = hashlib.sha256(repr((mine.formats, "last", None)).encode()).hexdigest()[:12]
+    assert template_name(mine) == f"template-{expected}" and template_name(METAEOL) == "MetaEOL"
+    assert template_name(Template(mine.formats)) != template_name(mine)  # the target counts
 
 
 def test_an_mteb_sweep_runs_every_spec_through_the_template(tmp_path):
