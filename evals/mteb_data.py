@@ -1,19 +1,24 @@
 """Where MTEB task data comes from: a local folder under ``data_dir``, else the hub.
 
 Two kinds of local folder are read: ``data_dir/<TaskName>/`` holding a copy of the task's hub
-dataset (loaded with mteb's own loader and transform), and the plain copies of three tasks in
-their original formats (``stsb/``, ``banking77/``, ``emotion/``; see :data:`LOCAL_FOLDERS`), parsed
-into the columns mteb's task classes expect. A task with neither a local folder nor a reachable
-hub has no data: :func:`load_task_data` says why instead of raising.
+dataset (loaded with mteb's own loader and transform), and the plain copies of seven tasks in
+their original formats (``stsb/``, ``sts17/``, ``banking77/``, ``emotion/``, ``massive_intent/``,
+and ``nfcorpus/``, ``scifact/`` in BEIR format; see :data:`LOCAL_FOLDERS`), parsed into the
+structures mteb's task classes expect: a ``DatasetDict`` per subset for STS and classification
+(the multilingual STS17 and MASSIVE under their English subsets, ``en-en`` and ``en``), and for
+retrieval ``{"default": {"test": {"corpus", "queries", "relevant_docs", "top_ranked"}}}``, which
+mteb's own retrieval evaluator scores (nDCG@10 and the rest). A task with neither a local folder
+nor a reachable hub has no data: :func:`load_task_data` says why instead of raising.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nosink.layerspec.checks import printable
 
@@ -22,6 +27,8 @@ if TYPE_CHECKING:
     from mteb import AbsTask
 
 __all__ = ["LOCAL_FOLDERS", "load_local_data", "load_task_data"]
+
+logger = logging.getLogger(__name__)
 
 # dair-ai/emotion's label ids (the hub copy mteb uses keeps them).
 _EMOTION_LABELS = ("sadness", "joy", "love", "anger", "fear", "surprise")
@@ -102,12 +109,124 @@ def _read_emotion(folder: Path) -> DatasetDict:
     return DatasetDict({split: _labelled(rows, names) for split, rows in data.items()})
 
 
-LOCAL_FOLDERS: dict[str, tuple[str, Callable[[Path], DatasetDict]]] = {
+def _read_sts17(folder: Path) -> dict[str, DatasetDict]:
+    # SemEval-2017 track 5 (en-en): sentence pairs and gold scores in two files, line for line.
+    from datasets import Dataset, DatasetDict
+
+    inputs, gold = folder / "STS.input.track5.en-en.txt", folder / "STS.gs.track5.en-en.txt"
+    with inputs.open(encoding="utf-8-sig", newline="") as f:
+        pairs = [line.rstrip("\r\n").split("\t") for line in f]
+    with gold.open(encoding="utf-8-sig") as f:
+        scores_text = [line.strip() for line in f]
+    while pairs and pairs[-1] == [""]:
+        pairs.pop()
+    while scores_text and not scores_text[-1]:
+        scores_text.pop()
+    for n, pair in enumerate(pairs, 1):
+        if len(pair) != 2:
+            raise ValueError(f"{inputs}:{n}: expected sentence1<TAB>sentence2, got {len(pair)} columns")
+    if len(scores_text) != len(pairs):
+        raise ValueError(f"{gold} has {len(scores_text)} scores for the {len(pairs)} pairs of {inputs.name}")
+    scores = []
+    for n, text in enumerate(scores_text, 1):
+        try:
+            scores.append(float(text))
+        except ValueError:
+            raise ValueError(f"{gold}:{n}: the score {printable(repr(text))} is not a number") from None
+    test = Dataset.from_dict({"sentence1": [a for a, _ in pairs], "sentence2": [b for _, b in pairs], "score": scores})
+    return {"en-en": DatasetDict({"test": test})}
+
+
+def _read_jsonl(path: Path, required: Sequence[str]) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8-sig") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not a JSON line ({err.msg})") from None
+            missing = [key for key in required if key not in row] if isinstance(row, dict) else list(required)
+            if missing:
+                raise ValueError(f"{path}:{n}: expected the keys {', '.join(required)}; missing {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+def _read_massive_intent(folder: Path) -> dict[str, DatasetDict]:
+    # MASSIVE's own intent ids (label_text names them): integer labels, as for Banking77 and Emotion.
+    from datasets import Dataset, DatasetDict
+
+    splits = {}
+    for split in ("train", "validation", "test"):
+        path = folder / f"{split}.jsonl"
+        if path.is_file():
+            rows = _read_jsonl(path, ("text", "label"))
+            bad = next((n for n, r in enumerate(rows, 1) if type(r["label"]) is not int), None)
+            if bad is not None:
+                raise ValueError(f"{path}: row {bad}'s label is not an integer intent id")
+            splits[split] = Dataset.from_dict({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows]})
+    return {"en": DatasetDict(splits)}
+
+
+def _read_beir(folder: Path) -> dict[str, dict[str, Any]]:
+    # BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv. As mteb's own loader: ids as strings,
+    # queries kept only where the split's qrels judge them, qrels as {query: {document: score}}.
+    from datasets import Dataset
+
+    docs = _read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
+    corpus = Dataset.from_dict(
+        {
+            "id": [str(d["_id"]) for d in docs],
+            "title": [d.get("title") or "" for d in docs],
+            "text": [d["text"] for d in docs],
+        }
+    )
+    all_queries = _read_jsonl(folder / "queries.jsonl", ("_id", "text"))
+    splits: dict[str, Any] = {}
+    for qrels_file in sorted((folder / "qrels").glob("*.tsv")):
+        relevant: dict[str, dict[str, int]] = {}
+        with qrels_file.open(encoding="utf-8-sig", newline="") as f:
+            for n, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
+                if not row or (n == 1 and row[0] == "query-id"):
+                    continue
+                if len(row) != 3:
+                    expected = "query-id<TAB>corpus-id<TAB>score"
+                    raise ValueError(f"{qrels_file}:{n}: expected {expected}, got {len(row)} columns")
+                try:
+                    score = int(float(row[2]))
+                except ValueError:
+                    raise ValueError(f"{qrels_file}:{n}: the score {printable(repr(row[2]))} is not a number") from None
+                relevant.setdefault(row[0], {})[row[1]] = score
+        queries = [q for q in all_queries if str(q["_id"]) in relevant]
+        splits[qrels_file.stem] = {
+            "corpus": corpus,
+            "queries": Dataset.from_dict(
+                {"id": [str(q["_id"]) for q in queries], "text": [q["text"] for q in queries]}
+            ),
+            "relevant_docs": relevant,
+            "top_ranked": None,
+        }
+    if not splits:
+        raise ValueError(f"{folder / 'qrels'}: no <split>.tsv file of judgements")
+    return {"default": splits}
+
+
+LOCAL_FOLDERS: dict[str, tuple[str, Callable[[Path], Any]]] = {
     "STSBenchmark": ("stsb", _read_stsb),
+    "STS17": ("sts17", _read_sts17),
     "Banking77Classification": ("banking77", _read_banking77),
     "EmotionClassification": ("emotion", _read_emotion),
+    "MassiveIntentClassification": ("massive_intent", _read_massive_intent),
+    "NFCorpus": ("nfcorpus", _read_beir),
+    "SciFact": ("scifact", _read_beir),
 }
-"""Task name -> (folder under ``data_dir``, reader): the plain copies in their original formats."""
+"""Task name -> (folder under ``data_dir``, reader): the plain copies in their original formats.
+
+Each reader returns what the task's ``dataset`` attribute holds once loaded: a ``DatasetDict`` of
+splits; for a multilingual task, ``{subset: DatasetDict}`` (STS17 ``en-en``, MASSIVE ``en``); for
+retrieval (BEIR folders), ``{"default": {split: {"corpus", "queries", "relevant_docs", "top_ranked"}}}``."""
 
 
 def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
@@ -116,7 +235,9 @@ def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
     ``data_dir/<task name>/`` (a copy of the task's hub dataset) is loaded by mteb itself, with the
     task's own transform; else the plain copy named in :data:`LOCAL_FOLDERS` is parsed into the
     columns mteb's task classes expect (``sentence1``/``sentence2``/``score`` for STS,
-    ``text``/``label`` for classification) and the task is marked loaded.
+    ``text``/``label`` for classification, corpus/queries/qrels for retrieval) and the task is
+    marked loaded. A multilingual task keeps only the subsets the copy holds (STS17 ``en-en``,
+    MASSIVE ``en``), with a log warning when it asked for more.
 
     Args:
         task: an mteb task object (not yet loaded).
@@ -140,6 +261,16 @@ def load_local_data(task: AbsTask, data_dir: str | Path) -> Path | None:
         if folder.is_dir():
             task.dataset = reader(folder)
             task.data_loaded = True
+            if task.metadata.is_multilingual and task.hf_subsets:
+                held = [s for s in task.hf_subsets if s in task.dataset]
+                if len(held) < len(task.hf_subsets):
+                    logger.warning(
+                        "%s: the local copy %s holds only the subsets %s; the others are not evaluated",
+                        name,
+                        folder,
+                        ", ".join(task.dataset),
+                    )
+                    task.hf_subsets = held
             return folder
     return None
 

@@ -17,7 +17,7 @@ mteb is imported lazily (it is the optional ``eval`` extra), so importing this m
 from __future__ import annotations
 
 from .mteb_data import LOCAL_FOLDERS, load_local_data, load_task_data
-from .mteb_model import NosinkMTEBEncoder, SpecSweepCache
+from .mteb_model import NosinkMTEBEncoder, SpecSweepCache, template_name
 from .mteb_run import run_mteb
 from .mteb_subsample import subsample
 from .mteb_tasks import PAPER_TASKS, STS_INSTRUCTION, format_instruction, normalizes, resolve_tasks, task_instruction
@@ -36,4 +36,5 @@ __all__ = [
     "run_mteb",
     "subsample",
     "task_instruction",
+    "template_name",
 ]

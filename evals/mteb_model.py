@@ -1,7 +1,9 @@
 """The encoder side of an MTEB run: an mteb model around :class:`EncoderFromDecoder`, and a sweep cache.
 
 :class:`NosinkMTEBEncoder` is what mteb calls: it picks the paper's instruction and normalisation
-for each task and input role (:mod:`nosink.evals.mteb_tasks`) and mean-pools the text tokens. In a
+for each task and input role (:mod:`nosink.evals.mteb_tasks`) and mean-pools the text tokens; or,
+given a prompt template (PromptEOL, MetaEOL, Echo, ...), encodes every input through the template
+instead of the instruction and pools as the template says. In a
 sweep, :class:`SpecSweepCache` encodes each text once for all the sweep's specs
 (:meth:`EncoderFromDecoder.encode_specs`, sharing their common lower layers), and every spec's
 :class:`NosinkMTEBEncoder` reads its own vectors from it.
@@ -9,6 +11,7 @@ sweep, :class:`SpecSweepCache` encodes each text once for all the sweep's specs
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +22,8 @@ import numpy as np
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import as_spec
 from nosink.layerspec.checks import positive_int
+from nosink.models.templates import as_template
+from nosink.models.texts import Template
 
 from .mteb_tasks import PAPER_TASKS, normalizes, task_instruction
 
@@ -26,13 +31,24 @@ if TYPE_CHECKING:
     from mteb import TaskMetadata
     from mteb.models.model_meta import ModelMeta
 
-__all__ = ["NosinkMTEBEncoder", "SpecSweepCache"]
+__all__ = ["NosinkMTEBEncoder", "SpecSweepCache", "template_name"]
 
 logger = logging.getLogger(__name__)
 
 
 def _spec_name(spec: str | Spec) -> str:
     return str(as_spec(spec))
+
+
+def template_name(template: Template) -> str:
+    """A template's name for result files: its own, else ``template-`` and a hash of its prompts and target.
+
+    A name keeps mteb's result folders short and free of quotes and newlines, however long the prompts.
+    """
+    if template.name:
+        return template.name
+    digest = hashlib.sha256(repr((template.formats, template.target, template.copy)).encode("utf-8")).hexdigest()
+    return f"template-{digest[:12]}"
 
 
 def _model_name(encoder: EncoderFromDecoder) -> str:
@@ -52,6 +68,8 @@ class SpecSweepCache:
         specs: the sweep's specs (strings or :class:`Spec`); duplicates are dropped.
         batch_size: texts per forward pass.
         max_length: at most this many tokens per input (sink token and instruction included).
+        template: the prompt template every text is encoded with (a
+            :class:`~nosink.models.texts.Template` or a preset's name), or ``None``.
 
     Raises:
         ValueError: for no spec, or a ``batch_size``/``max_length`` that is not a positive integer.
@@ -65,6 +83,7 @@ class SpecSweepCache:
         *,
         batch_size: int = 32,
         max_length: int = 512,
+        template: Template | str | None = None,
     ) -> None:
         if isinstance(specs, (str, Spec)):  # one spec, not a sequence of characters
             specs = [specs]
@@ -74,6 +93,7 @@ class SpecSweepCache:
         self.specs = list(dict.fromkeys(_spec_name(s) for s in specs))
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length = positive_int(max_length, "max_length")
+        self.template = as_template(template)
         self._store: dict[tuple[str | None, str, bool], dict[str, np.ndarray]] = {}
 
     def __len__(self) -> int:
@@ -110,6 +130,7 @@ class SpecSweepCache:
                 normalize_embeddings=normalize,
                 max_length=self.max_length,
                 convert_to_numpy=True,
+                template=self.template,
             )
             for i, text in enumerate(missing):
                 self._store[(instruction, text, normalize)] = {s: out[s][i] for s in self.specs}
@@ -125,6 +146,10 @@ class NosinkMTEBEncoder:
     ``prompt_type``, picks the paper's instruction, and mean-pools the text tokens. Embeddings are
     L2-normalised except for classification; similarity is cosine.
 
+    With a ``template``, every input (queries and documents alike) is put in the template's prompt
+    and pooled as it says, *without* the task instruction: the published template methods are
+    task-agnostic, and a template replaces the instruction here (``encode`` itself composes the two).
+
     Args:
         encoder: the encoder to evaluate.
         spec: the layer spec to encode with; the encoder's own by default.
@@ -138,10 +163,14 @@ class NosinkMTEBEncoder:
         batch_size: texts per forward pass (mteb's ``encode_kwargs['batch_size']`` wins).
         max_length: at most this many tokens per input.
         experiment_kwargs: extra entries for the ModelMeta's ``experiment_kwargs`` (e.g. ``limit``).
+        template: a prompt template (a :class:`~nosink.models.texts.Template` or a preset's name:
+            ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) used instead of the instructions; its name
+            (:func:`template_name`) is recorded in ``experiment_kwargs``, so each template gets its own
+            result folder, and ``pooling`` there says ``last`` for a last-token template.
 
     Raises:
-        ValueError: if ``spec`` is not in ``cache``'s sweep, or ``batch_size``/``max_length`` is not
-            a positive integer.
+        ValueError: if ``spec`` is not in ``cache``'s sweep, the cache encodes with another template,
+            ``batch_size``/``max_length`` is not a positive integer, or ``template`` names no preset.
         SpecError: for a spec that does not parse.
     """
 
@@ -157,18 +186,25 @@ class NosinkMTEBEncoder:
         batch_size: int = 32,
         max_length: int = 512,
         experiment_kwargs: Mapping[str, Any] | None = None,
+        template: Template | str | None = None,
     ) -> None:
         self.encoder = encoder
         self.spec = _spec_name(encoder.spec if spec is None else spec)
+        self.template = as_template(template)
         if cache is not None and self.spec not in cache.specs:
             raise ValueError(f"spec {self.spec!r} is not in the cache's sweep {cache.specs}")
+        if cache is not None and cache.template != self.template:
+            raise ValueError(f"the cache encodes with template {cache.template}, not {self.template}")
         self.instructions = dict(PAPER_TASKS if instructions is None else instructions)
         self.cache = cache
         self.model_name = model_name or f"nosink/{_model_name(encoder)}"
         self.revision = revision or encoder.revision or "no_revision_available"
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length = positive_int(max_length, "max_length")
-        self.experiment_kwargs = {"spec": self.spec, "pooling": "mean", **dict(experiment_kwargs or {})}
+        pooling = "last" if self.template is not None and self.template.target == "last" else "mean"
+        self.experiment_kwargs = {"spec": self.spec, "pooling": pooling, **dict(experiment_kwargs or {})}
+        if self.template is not None:
+            self.experiment_kwargs["template"] = template_name(self.template)
         self._meta: ModelMeta | None = None
 
     # ----------------------------------------------------------------- protocol
@@ -203,12 +239,14 @@ class NosinkMTEBEncoder:
         return self._meta
 
     def instruction(self, task_metadata: TaskMetadata, prompt_type: Any = None) -> str | None:
-        """The full prompt for one input role of a task, or ``None`` (retrieval documents).
+        """The full prompt for one input role of a task, or ``None`` (retrieval documents; any input with a template).
 
         Args:
             task_metadata: the task's mteb metadata (its ``name`` and ``type`` are used).
             prompt_type: mteb's ``PromptType`` (``query``/``document``) or ``None``.
         """
+        if self.template is not None:
+            return None
         return task_instruction(task_metadata, prompt_type, self.instructions)
 
     @staticmethod
@@ -261,6 +299,7 @@ class NosinkMTEBEncoder:
             normalize_embeddings=normalize,
             max_length=self.max_length,
             convert_to_numpy=True,
+            template=self.template,
         )
         if self.spec == _spec_name(self.encoder.spec):
             return self.encoder.encode(texts, instruction, **options)

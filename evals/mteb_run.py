@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec.checks import positive_int
+from nosink.models.templates import as_template
+from nosink.models.texts import Template
 
 from .mteb_data import load_task_data
-from .mteb_model import NosinkMTEBEncoder, SpecSweepCache
+from .mteb_model import NosinkMTEBEncoder, SpecSweepCache, template_name
 from .mteb_subsample import subsample
 from .mteb_tasks import resolve_tasks
 
@@ -53,7 +55,13 @@ def _nosink_lineup(
     # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. A sweep shares its
     # encoding through a cache; one spec (the encoder's own by default) needs none.
     cache = (
-        SpecSweepCache(encoder, specs, batch_size=options["batch_size"], max_length=options["max_length"])
+        SpecSweepCache(
+            encoder,
+            specs,
+            batch_size=options["batch_size"],
+            max_length=options["max_length"],
+            template=options["template"],
+        )
         if specs
         else None
     )
@@ -153,6 +161,7 @@ def run_mteb(
     max_length: int = 512,
     overwrite: bool = False,
     seed: int = 42,
+    template: Template | str | None = None,
 ) -> dict[str, Any]:
     """Evaluate an encoder (or a sweep of specs) on MTEB tasks; mteb computes and writes the scores.
 
@@ -183,9 +192,13 @@ def run_mteb(
         max_length: at most this many tokens per input.
         overwrite: re-run tasks whose results are already in ``out_dir`` (else they are reused).
         seed: seed of the ``limit`` subsampling.
+        template: a prompt template (a :class:`~nosink.models.texts.Template` or a preset's name:
+            ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) that every input is encoded with, instead of
+            the instructions (see :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder`). Only for an
+            :class:`EncoderFromDecoder`.
 
     Returns:
-        ``{"model", "revision", "specs", "limit", "note", "out_dir", "tasks": {name: {...}},
+        ``{"model", "revision", "specs", "template", "limit", "note", "out_dir", "tasks": {name: {...}},
         "skipped": [name, ...]}`` where each task has ``status`` (``"ok"`` or ``"skipped"``), and
         when ok ``source`` (where the data came from), ``main_score`` (mteb's name of it),
         ``scores`` (spec -> main score) and ``files`` (spec -> result JSON); when skipped,
@@ -193,8 +206,9 @@ def run_mteb(
 
     Raises:
         ValueError: for an unknown task name (listing mteb's closest names and the paper's tasks),
-            a ``limit``, ``batch_size`` or ``max_length`` that is not a positive integer, or
-            ``specs`` for a model that is not an :class:`EncoderFromDecoder`.
+            a ``limit``, ``batch_size`` or ``max_length`` that is not a positive integer,
+            ``specs`` or ``template`` for a model that is not an :class:`EncoderFromDecoder`, or a
+            ``template`` that names no preset.
         SpecError: for a spec that does not parse or fit the encoder.
     """
     import mteb
@@ -215,15 +229,18 @@ def run_mteb(
             batch_size=batch_size,
             max_length=max_length,
             experiment_kwargs={"limit": limit} if limit is not None else {},
+            template=as_template(template),
         )
-    elif specs:
-        raise ValueError(f"specs apply to an EncoderFromDecoder; a {type(encoder).__name__} is evaluated as it is")
+    elif specs or template is not None:
+        what = "specs" if specs else "templates"
+        raise ValueError(f"{what} apply to an EncoderFromDecoder; a {type(encoder).__name__} is evaluated as it is")
     else:
         lineup = _foreign_lineup(encoder, model_name, revision)
     summary: dict[str, Any] = {
         "model": lineup.name,
         "revision": lineup.revision,
         "specs": list(lineup.models),
+        "template": template_name(as_template(template)) if template is not None else None,
         "limit": limit,
         "note": _note(limit, seed),
         "out_dir": str(out_dir),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nosink import EncoderFromDecoder
+from nosink.models.texts import Template
 
 from .ner import NERConfig, Sentence, evaluate_ner
 from .sweeps import Candidate, best, family_specs, plot_sweep, write_table
@@ -46,9 +47,14 @@ def mteb_sweep(
     k0s: Sequence[int] | None = None,
     limit: int | None = None,
     meta: dict[str, Any] | None = None,
+    template: Template | str | None = None,
 ) -> list[Candidate]:
     """Evaluate every spec of ``configs`` on one MTEB task (mteb computes the scores, every spec's texts
     encoded in one shared pass); write ``mteb_sweep.{json,csv,png}`` and mteb's own result files.
+
+    With a ``template`` (a :class:`~nosink.models.texts.Template` or a preset's name), every spec encodes
+    through it instead of the task instruction (see :func:`~nosink.evals.mteb_run.run_mteb`); the
+    table's metadata records it.
 
     Raises:
         ValueError: for an unknown configuration name.
@@ -59,7 +65,8 @@ def mteb_sweep(
     candidates = candidates_for(configs, encoder.depth, ks, k0s)
     out_dir = Path(out_dir)
     start = time.perf_counter()
-    summary = run_mteb(encoder, [task], data_dir, out_dir / "mteb", limit, [c.spec for c in candidates])
+    specs = [c.spec for c in candidates]
+    summary = run_mteb(encoder, [task], data_dir, out_dir / "mteb", limit, specs, template=template)
     entry = summary["tasks"][task]
     if entry["status"] != "ok":
         raise RuntimeError(f"{task} was skipped: {entry['reason']}")
@@ -72,6 +79,7 @@ def mteb_sweep(
         "source": entry["source"],
         "limit": limit,
         "note": summary["note"],
+        "template": summary["template"],
         "depth": encoder.depth,
         "seconds": round(time.perf_counter() - start, 1),
         "best": {k: v.row() for k, v in best(candidates, metric).items()},

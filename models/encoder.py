@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +22,8 @@ from . import texts as _texts
 from .families import DecoderParts
 from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
+from .templates import as_template
+from .texts import Template
 
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
@@ -41,8 +43,12 @@ class _EncodeOptions:
     normalize_embeddings: bool = False
     max_length: int = 512
     padding_side: str = "right"
+    template: Any = None  # a Template, a preset's name or None; check() makes it a Template or None
 
     def check(self) -> None:
+        self.template = as_template(self.template)
+        if self.template is not None and len(self.template.formats) > 1 and self.output_value == "token_embeddings":
+            raise ValueError(f"template {self.template} averages several prompts: it has no token embeddings")
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {printable(repr(self.pooling))}; expected one of {', '.join(POOLINGS)}")
         if self.output_value not in ("sentence_embedding", "token_embeddings"):
@@ -498,6 +504,7 @@ class EncoderFromDecoder(nn.Module):
         normalize_embeddings: bool = False,
         max_length: int = 512,
         padding_side: Literal["right", "left"] = "right",
+        template: Template | str | None = None,
     ) -> Any:
         """Embed texts, sentence-transformers style.
 
@@ -528,6 +535,12 @@ class EncoderFromDecoder(nn.Module):
             max_length: at most this many tokens per input, the sink token and the instruction
                 included; longer texts are truncated (with a warning).
             padding_side: ``right`` (default) or ``left``; the result is the same.
+            template: a prompt around each text (:class:`~nosink.models.texts.Template`, or a preset's name
+                from :mod:`nosink.models.templates`: ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...). The
+                input becomes ``[sink token] + instruction + prompt``, and pooling reads the prompt's last
+                token or one copy of the text, as the template says; a template of several prompts gives
+                the mean of their vectors (normalised after averaging). Truncation cuts the text, never
+                the prompt.
 
         Raises:
             TypeError: if ``sentences`` is neither a string nor an iterable of strings (``None``, bytes).
@@ -548,6 +561,7 @@ class EncoderFromDecoder(nn.Module):
             normalize_embeddings=normalize_embeddings,
             max_length=max_length,
             padding_side=padding_side,
+            template=template,
         )[str(self.spec)]
 
     def encode_specs(
@@ -590,27 +604,49 @@ class EncoderFromDecoder(nn.Module):
         plans = [self.plan_for(spec) for spec in specs]
         names = [str(plan.spec) for plan in plans]
         texts, single = _texts.check_texts(sentences)
-        tokens = _texts.tokenize(self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length)
-        _texts.warn_about(tokens, opts.max_length)
-        groups = _texts.batches(tokens.lengths, opts.batch_size)
-        show = len(groups) > 8 if opts.show_progress_bar is None else opts.show_progress_bar
+        template = opts.template
+        formats = template.formats if template is not None else (None,)
+        target, copy = (template.target, template.copy or 1) if template is not None else ("text", 1)
+        sink = self.sink_ids()
+        prompts = [
+            _texts.tokenize(
+                self.tokenizer,
+                texts,
+                instruction,
+                sink=sink,
+                max_length=opts.max_length,
+                template=f,
+                target=target,
+                copy=copy,
+            )
+            for f in formats
+        ]
+        truncated = sorted({i for tokens in prompts for i in tokens.truncated})
+        _texts.warn_about(replace(prompts[0], truncated=truncated), opts.max_length)
+        work = [(tokens, idx) for tokens in prompts for idx in _texts.batches(tokens.lengths, opts.batch_size)]
+        show = len(work) > 8 if opts.show_progress_bar is None else opts.show_progress_bar
         pad_id = _texts.pad_id(self.tokenizer)
         results: dict[str, list[Any]] = {name: [None] * len(texts) for name in names}
         token_output = opts.output_value == "token_embeddings"
         with torch.inference_mode():
-            for idx in tqdm(groups, desc="encode", disable=not show, unit="batch"):
+            for tokens, idx in tqdm(work, desc="encode", disable=not show, unit="batch"):
                 ids, attn, text_mask = _texts.pad(tokens, idx, pad_id, opts.padding_side)
                 for name, hidden in self.forward_specs(ids, attn, plans).items():
                     text_mask = text_mask.to(hidden.device)
                     if token_output:
                         rows = [hidden[row][text_mask[row]].float().cpu() for row in range(len(idx))]
                     else:
-                        vectors = pool(hidden, text_mask, opts.pooling).float()
-                        if opts.normalize_embeddings:
-                            vectors = torch.nn.functional.normalize(vectors, dim=-1)  # a zero vector stays zero
-                        rows = list(vectors.cpu())
+                        rows = list(pool(hidden, text_mask, opts.pooling).float().cpu())
                     for row, i in enumerate(idx):
-                        results[name][i] = rows[row]
+                        # several prompts (MetaEOL): the sum of their vectors, divided below
+                        results[name][i] = rows[row] if results[name][i] is None else results[name][i] + rows[row]
+        if not token_output:
+            for rows in results.values():
+                for i, vector in enumerate(rows):
+                    vector = vector / len(prompts) if len(prompts) > 1 else vector
+                    if opts.normalize_embeddings:
+                        vector = torch.nn.functional.normalize(vector, dim=-1)  # a zero vector stays zero
+                    rows[i] = vector
         return {
             name: opts.convert(rows, single, token_output, self.parts.config.hidden_size)
             for name, rows in results.items()

@@ -9,6 +9,12 @@ as the model reads them (apart, a prompt ending in a space would leave a lone sp
 call of the tokenizer, and split where the text starts: a token that reaches into the text counts as
 text. Only text tokens are pooled; the sink token and the instruction form the row's *prefix*.
 
+A :class:`Template` puts the text inside a prompt (``This sentence : "{text}" means in one word:"``):
+the input becomes ``[sink token] + instruction + prompt``, still tokenized in one piece, and each row
+is cut in three, *prefix* + *pooled tokens* + *suffix*: the pooled tokens are those of one copy of
+the text (``target="text"``, a token reaching into that copy counts as pooled) or the prompt's last
+token (``target="last"``). Only the middle part is pooled.
+
 >>> tokens = Tokenized(prefix_ids=[[1, 9], [1, 9]], text_ids=[[5, 6, 7], [8]])
 >>> ids, attention, text = pad(tokens, [1, 0], pad_id=0, side="left")
 >>> ids.tolist()
@@ -21,20 +27,23 @@ text. Only text tokens are pooled; the sink token and the instruction form the r
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
 from nosink.layerspec.checks import positive_int, printable
 
 __all__ = [
+    "TEXT",
     "Padded",
+    "Template",
     "Tokenized",
     "batches",
     "check_texts",
@@ -48,30 +57,124 @@ __all__ = [
 ]
 
 
+TEXT = "{text}"
+"""The placeholder a :class:`Template` format puts where the text goes."""
+
+TemplateTarget = Literal["text", "last"]
+
+
 @dataclass(frozen=True)
-class Tokenized:
-    """Token ids of several inputs, each split into a prefix (never pooled) and its text.
+class Template:
+    """A prompt around each text, and which of its tokens pooling reads.
+
+    ``{text}`` marks where the text goes (replaced verbatim; other braces are plain characters). The
+    input is ``[sink token] + instruction + prompt``: an ``instruction`` given to ``encode`` comes
+    before the prompt, so the two compose.
+
+    >>> eol = Template('This sentence : "{text}" means in one word:"', target="last")
+    >>> eol.render("A cat.")
+    ['This sentence : "A cat." means in one word:"']
+    >>> Template("Document: {text}. Again: {text}", copy=2).render("hi")
+    ['Document: hi. Again: hi']
 
     Attributes:
-        prefix_ids: per input, the sink token and the instruction's tokens.
-        text_ids: per input, the text's tokens, after truncation.
+        formats: the prompt with ``{text}`` in it, or several prompts (given as a tuple): each is
+            encoded and pooled apart, and their vectors are averaged (MetaEOL). Always stored as a tuple.
+        target: ``"last"`` pools the prompt's last token (PromptEOL: the token that would predict the
+            "one word"); ``"text"`` pools the tokens of one copy of the text with the ``pooling``
+            given to ``encode`` (mean by default).
+        copy: with ``target="text"``, which copy of the text is pooled, counting from 1 (``copy=2``:
+            the second, as echo embeddings); needed when a prompt holds ``{text}`` more than once.
+        name: a short name (presets set it; results files record it).
+        citation: where the prompt comes from (presets set it).
+
+    Raises:
+        ValueError: for a prompt without ``{text}``, an unknown ``target``, several copies of the
+            text with ``target="text"`` and no ``copy``, or a ``copy`` that a prompt does not have.
+        TypeError: for a prompt that is not a string.
+    """
+
+    formats: str | tuple[str, ...]
+    target: TemplateTarget = "text"
+    copy: int | None = None
+    name: str = ""
+    citation: str = ""
+
+    def __post_init__(self) -> None:
+        formats = (self.formats,) if isinstance(self.formats, str) else tuple(self.formats)
+        if not formats:
+            raise ValueError("a template needs at least one prompt with {text} in it")
+        for fmt in formats:
+            if not isinstance(fmt, str):
+                raise TypeError(f"a template's prompts must be strings, got {type(fmt).__name__}")
+            if TEXT not in fmt:
+                raise ValueError(
+                    f"the template prompt {printable(repr(fmt))} has no {TEXT}: write where the text goes, "
+                    f'e.g. \'This sentence : "{TEXT}" means in one word:"\''
+                )
+        if self.target not in ("text", "last"):
+            raise ValueError(f"a template's target must be 'text' or 'last', got {printable(repr(self.target))}")
+        if self.target == "last" and self.copy is not None:
+            raise ValueError("copy picks the copy of the text to pool; target='last' pools the prompt's last token")
+        if self.copy is not None and (isinstance(self.copy, bool) or not isinstance(self.copy, int) or self.copy < 1):
+            raise ValueError(f"copy counts the copies of the text from 1, got {printable(repr(self.copy))}")
+        for fmt in formats:
+            copies = fmt.count(TEXT)
+            if self.target == "text" and self.copy is None and copies > 1:
+                raise ValueError(
+                    f"the template prompt {printable(repr(fmt))} holds {TEXT} {copies} times: say which copy is "
+                    "pooled (copy=2 for the second), or pool the last token (target='last')"
+                )
+            if self.copy is not None and self.copy > copies:
+                raise ValueError(
+                    f"copy={self.copy} but the template prompt {printable(repr(fmt))} holds {TEXT} {copies} time(s)"
+                )
+        object.__setattr__(self, "formats", formats)
+
+    def render(self, text: str) -> list[str]:
+        """Each prompt with ``text`` in place of every ``{text}`` (what the model reads after the sink token)."""
+        return [text.join(fmt.split(TEXT)) for fmt in self.formats]
+
+    def __str__(self) -> str:
+        return self.name or " || ".join(self.formats)
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Token ids of several inputs, each split into a prefix and a suffix (never pooled) around its text.
+
+    Attributes:
+        prefix_ids: per input, the sink token and the instruction's tokens (with a template, every token
+            before the pooled ones).
+        text_ids: per input, the text's tokens, after truncation: the tokens pooling reads (with a
+            template, those of the pooled copy of the text, or the prompt's last token).
         offsets: per input, each kept text token's ``(start, end)`` characters in the text (not counting
-            the instruction); ``None`` for a tokenizer without offsets (a slow tokenizer).
+            the instruction); ``None`` for a tokenizer without offsets (a slow tokenizer) or a template
+            that pools its last token.
         truncated: indices of the inputs whose text was cut to ``max_length``.
+        suffix_ids: per input, the tokens after the pooled ones (a template's end); ``None`` for none.
     """
 
     prefix_ids: list[list[int]]
     text_ids: list[list[int]]
     offsets: list[list[tuple[int, int]]] | None = None
     truncated: list[int] = field(default_factory=list)
+    suffix_ids: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.text_ids)
 
+    def suffix(self, i: int) -> list[int]:
+        """Input ``i``'s tokens after its pooled ones (``[]`` without a template)."""
+        return self.suffix_ids[i] if self.suffix_ids is not None else []
+
     @property
     def lengths(self) -> list[int]:
-        """Each input's number of tokens, prefix included."""
-        return [len(p) + len(t) for p, t in zip(self.prefix_ids, self.text_ids, strict=True)]
+        """Each input's number of tokens, prefix and suffix included."""
+        return [
+            len(p) + len(t) + len(self.suffix(i))
+            for i, (p, t) in enumerate(zip(self.prefix_ids, self.text_ids, strict=True))
+        ]
 
     @property
     def empty(self) -> list[int]:
@@ -158,6 +261,9 @@ def tokenize(
     *,
     sink: Sequence[int] = (),
     max_length: int | None = None,
+    template: str | None = None,
+    target: TemplateTarget = "text",
+    copy: int = 1,
 ) -> Tokenized:
     """Tokenize ``[sink] + instruction + text`` for every text, in one batch call of the tokenizer.
 
@@ -173,11 +279,18 @@ def tokenize(
         sink: the ids put first (see :func:`sink_ids`).
         max_length: at most this many tokens per input, prefix included: longer texts lose their last
             tokens (their indices are in ``truncated``). ``None``: no limit.
+        template: one prompt of a :class:`Template` (a string with ``{text}``): the input is then
+            ``[sink] + instruction + prompt``, tokenized in one piece, and cut into prefix, pooled tokens
+            and suffix (see the module docstring). A text too long loses its last tokens in every
+            copy, so that the prompt's end is kept whole.
+        target: with ``template``: ``"text"`` pools the tokens of copy ``copy`` of the text, ``"last"``
+            the prompt's last token. A text without tokens has nothing pooled either way.
+        copy: with ``template`` and ``target="text"``: which copy of the text is pooled, from 1.
 
     Raises:
         TypeError: if ``instruction`` is neither ``None`` nor a string.
         ValueError: for a ``max_length`` that is not a positive integer, or one that the sink token and
-            the instruction fill, leaving a non-empty text no token.
+            the instruction (and the template) fill, leaving a non-empty text no token.
     """
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
@@ -187,6 +300,8 @@ def tokenize(
     sink = [int(i) for i in sink]
     if not texts:
         return Tokenized([], [], [])
+    if template is not None:
+        return _tokenize_template(tokenizer, texts, instruction, sink, max_length, template, target, copy)
     fast = bool(getattr(tokenizer, "is_fast", False))
     # No special tokens: the sink token is added once, here.
     if fast:
@@ -226,6 +341,120 @@ def tokenize(
     return Tokenized(prefixes, bodies, offsets, truncated)
 
 
+def _tokenize_template(
+    tokenizer: Any,
+    texts: Sequence[str],
+    instruction: str,
+    sink: list[int],
+    max_length: int | None,
+    template: str,
+    target: str,
+    copy: int,
+) -> Tokenized:
+    # One prompt of a Template. Fast tokenizers read instruction + prompt in one piece and the row is cut
+    # by character offsets; slow ones tokenize the pieces apart (as the echo embeddings code does).
+    parts = template.split(TEXT)
+    copies = len(parts) - 1
+    if copies < 1:
+        raise ValueError(f"the template prompt {printable(repr(template))} has no {TEXT}")
+    if target not in ("text", "last") or not 1 <= copy <= copies:
+        raise ValueError(f"target={target!r}, copy={copy!r} do not fit a prompt holding {TEXT} {copies} time(s)")
+    which = copy - 1 if target == "text" else 0
+    fast = bool(getattr(tokenizer, "is_fast", False))
+    encode_rows = _template_row_fast if fast else _template_row_slow
+    rows = encode_rows(tokenizer, list(texts), instruction, parts, which)
+    truncated: list[int] = []
+    if max_length is not None:
+        room = max_length - len(sink)
+        for i, (text, row) in enumerate(zip(texts, rows, strict=True)):
+            if len(row[0]) <= room:
+                continue
+            first, end = row[1]
+            if first == end:  # nothing to pool whatever the prompt: keep the input within max_length
+                rows[i] = (row[0][:room], (min(first, room),) * 2, [])
+                continue
+            fitted = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
+            if fitted is None:
+                around = len(sink) + len(encode_rows(tokenizer, [""], instruction, parts, which)[0][0])
+                raise ValueError(
+                    f"the sink token, instruction and template take {around} tokens around text {i}, leaving no "
+                    f"room for text within max_length={max_length}: raise max_length or shorten the instruction "
+                    "or template"
+                )
+            rows[i] = fitted
+            truncated.append(i)
+    prefixes, bodies, suffixes, offsets = [], [], [], []
+    for ids, span, spans in rows:
+        a, b = span
+        if target == "last":
+            a, b = (len(ids) - 1, len(ids)) if b > a else (len(ids), len(ids))
+        prefixes.append(sink + ids[:a])
+        bodies.append(ids[a:b])
+        suffixes.append(ids[b:])
+        offsets.append(spans)
+    has_offsets = fast and target == "text"
+    return Tokenized(prefixes, bodies, offsets if has_offsets else None, truncated, suffixes)
+
+
+# A row: (ids, (first, end) of the pooled copy's tokens, the pooled tokens' character spans in the text).
+_Row = tuple[list[int], tuple[int, int], list[tuple[int, int]]]
+
+
+def _template_row_fast(tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int) -> list[_Row]:
+    enc = tokenizer(
+        [instruction + text.join(parts) for text in texts], add_special_tokens=False, return_offsets_mapping=True
+    )
+    rows = []
+    for text, ids, spans in zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True):
+        start = len(instruction) + sum(len(p) for p in parts[: which + 1]) + which * len(text)
+        end = start + len(text)
+        first = sum(1 for _, e in spans if e <= start)  # tokens wholly before the pooled copy
+        last = sum(1 for s, _ in spans if s < end) if text else first  # tokens starting before its end
+        last = max(first, last)
+        kept = [(max(0, s - start), min(e, end) - start) for s, e in spans[first:last]]
+        rows.append((list(ids), (first, last), kept))
+    return rows
+
+
+def _template_row_slow(tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int) -> list[_Row]:
+    return [_slow_row(tokenizer, instruction, parts, which, _ids(tokenizer, text)) for text in texts]
+
+
+def _ids(tokenizer: Any, piece: str) -> list[int]:
+    return list(tokenizer(piece, add_special_tokens=False)["input_ids"]) if piece else []
+
+
+def _slow_row(tokenizer: Any, instruction: str, parts: list[str], which: int, body: list[int]) -> _Row:
+    row = _ids(tokenizer, instruction + parts[0])
+    span = (0, 0)
+    for k, piece in enumerate(parts[1:]):
+        if k == which:
+            span = (len(row), len(row) + len(body))
+        row += body + _ids(tokenizer, piece)
+    return row, span, []
+
+
+def _fit(
+    tokenizer: Any, text: str, instruction: str, parts: list[str], which: int, row: _Row, room: int, fast: bool
+) -> _Row | None:
+    # Cut the text's last tokens (in every copy, so the prompt's end stays whole) until the row fits
+    # `room`; None when not even one token of the text fits.
+    copies = len(parts) - 1
+    alone = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True) if fast else None
+    alone_ids = list(alone["input_ids"]) if alone is not None else _ids(tokenizer, text)
+    keep = len(alone_ids)
+    while len(row[0]) > room:
+        keep -= math.ceil((len(row[0]) - room) / copies)
+        if keep < 1:
+            return None
+        if alone is not None:  # cut the characters and read the prompt again in one piece
+            cut = text[: alone["offset_mapping"][keep - 1][1]]
+            row = _template_row_fast(tokenizer, [cut], instruction, parts, which)[0]
+        else:  # the pieces are tokenized apart: cutting the ids is exact
+            row = _slow_row(tokenizer, instruction, parts, which, alone_ids[:keep])
+    return row
+
+
 def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Input indices in batches of at most ``batch_size``, longest inputs first (the least padding).
 
@@ -248,15 +477,16 @@ def pad(tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right"
     if side not in ("right", "left"):
         raise ValueError(f"padding side must be 'right' or 'left', got {printable(repr(side))}")
     prefix = torch.tensor([len(tokens.prefix_ids[i]) for i in rows], dtype=torch.long)  # (B,)
-    length = prefix + torch.tensor([len(tokens.text_ids[i]) for i in rows], dtype=torch.long)  # (B,)
+    text_end = prefix + torch.tensor([len(tokens.text_ids[i]) for i in rows], dtype=torch.long)  # (B,)
+    length = text_end + torch.tensor([len(tokens.suffix(i)) for i in rows], dtype=torch.long)  # (B,)
     width = max(1, int(length.max())) if len(rows) else 1
     start = torch.zeros_like(length) if side == "right" else width - length  # (B,) first real column
     place = torch.arange(width)[None, :] - start[:, None]  # (B, T) index within the row's tokens
     real = (place >= 0) & (place < length[:, None])  # (B, T)
-    flat = list(chain.from_iterable(tokens.prefix_ids[i] + tokens.text_ids[i] for i in rows))
+    flat = list(chain.from_iterable(tokens.prefix_ids[i] + tokens.text_ids[i] + tokens.suffix(i) for i in rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     ids[real] = torch.tensor(flat, dtype=torch.long)  # row-major order: each row's tokens, in order
-    return Padded(ids, real.long(), real & (place >= prefix[:, None]))
+    return Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
 
 
 def join_words(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
