@@ -435,6 +435,7 @@ def _serve_parser(sub: Any) -> None:
     s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     s.add_argument("--max-inputs", type=int, default=256, help="texts per embeddings request")
     s.add_argument("--max-tokens-per-text", type=int, default=512, help="tokens per text, sink and prompt included")
+    s.add_argument("--batch-size", type=int, default=8, help="texts per forward pass (8 suits a CPU; raise on a GPU)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -450,7 +451,8 @@ def _serve(args: argparse.Namespace) -> int:
         prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
     path = _model_path(args.model)
     model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
-    limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text)
+    limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
+                    batch_size=args.batch_size)  # fmt: skip
     api_key = args.api_key or os.environ.get("NOSINK_API_KEY") or None
     name = args.name or ("SmolLM2-135M-Instruct" if args.model == "demo" else Path(str(args.model).rstrip("/")).name)
     app = create_app(model, tokenizer, args.spec, name=name, chat=not args.no_chat, prompts=prompts, api_key=api_key,

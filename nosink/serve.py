@@ -15,11 +15,12 @@ RAG system. :func:`create_app` takes one causal LM, builds the encoder with
 **Concurrency.** One worker thread owns the model: every forward pass, of the encoder or of the LM,
 runs there, so the two never interleave inside a pass (they share every layer, the rotary tables and
 the config). Embedding requests wait in a queue; the worker takes all that are waiting (up to
-``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more) and encodes them
-in one :meth:`~EncoderFromDecoder.encode` call per named prompt. Chat requests decode one token per
-turn of the worker's loop, each with its own KV cache and random generator, so embedding batches run
-between the tokens of a long answer instead of after it. A request whose client has gone is dropped
-before it is computed, and a generation stops at its next token.
+``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more), sorts their
+texts by length (per named prompt) and cuts them into batches of ``Limits.batch_size``, each one
+:meth:`~EncoderFromDecoder.encode` call. Each turn of the worker's loop runs one such batch and one
+token of every active chat (each chat has its own KV cache and random generator), so neither kind of
+request waits behind a long run of the other. A request whose client has gone is dropped before it is
+computed (and between its batches), and a generation stops at its next token.
 
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
@@ -35,6 +36,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +65,8 @@ class Limits:
     max_inputs: int = 256  # texts per embeddings request (more: 413)
     max_tokens_per_text: int = 512  # sink token + prompt + text (more: 400, never cut silently)
     max_body_bytes: int = 4 * 1024 * 1024  # request body (more: 413)
-    batch_texts: int = 64  # texts gathered from waiting requests into one encode() call
-    batch_size: int = 32  # encode()'s batch_size within that call
+    batch_texts: int = 64  # texts gathered from waiting requests, sorted by length, cut into batches
+    batch_size: int = 8  # texts per forward pass, cut from the gathered texts sorted by length
     batch_wait_ms: float = 5.0  # how long the first waiting request waits for companions
     max_prompt_tokens: int = 4096  # chat prompt after the chat template (more: 400)
     max_new_tokens: int = 1024  # the largest max_tokens a chat request may ask for
@@ -142,6 +144,11 @@ def load_model(
             str(name_or_path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True
         )
         problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
+        if problems and all(k.startswith("lm_head.") for k in info.get("missing_keys", ())) and len(problems) == 1:
+            raise OSError(
+                f"{name_or_path} has no LM head (a bare decoder, or an encoder saved by nosink): serve it with "
+                "--no-chat (chat=False), or give the chat model it came from"
+            )
         if problems:
             raise OSError(f"weights in {name_or_path} do not match a causal LM's config: {problems}")
     else:
@@ -160,8 +167,16 @@ def load_model(
 class _EmbedJob:
     texts: list[str]
     instruction: str | None
+    lengths: list[int] = field(default_factory=list)  # tokens per input (sorts the chunks); characters if not given
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     cancelled: bool = False
+    # Filled by the worker thread, chunk by chunk.
+    vectors: np.ndarray | None = None
+    left: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.lengths:
+            self.lengths = [len(t) for t in self.texts]
 
 
 @dataclass
@@ -195,7 +210,8 @@ class _Worker:
     def __init__(self, encoder: EncoderFromDecoder, lm: torch.nn.Module | None, tokenizer: Any, limits: Limits) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: queue.Queue = queue.Queue()
-        self.embeds: list[_EmbedJob] = []
+        self.embeds: list[_EmbedJob] = []  # waiting requests
+        self.chunks: deque[tuple[str | None, list[tuple[_EmbedJob, int]]]] = deque()  # gathered (job, text index)
         self.waiting: list[_ChatJob] = []
         self.active: list[_ChatJob] = []
         self.deadline: float | None = None  # when the oldest waiting embedding request stops waiting
@@ -215,7 +231,7 @@ class _Worker:
         self.thread.join(timeout=30)
 
     def busy(self) -> int:
-        return self.inbox.qsize() + len(self.embeds) + len(self.waiting) + len(self.active)
+        return self.inbox.qsize() + len(self.embeds) + len(self.chunks) + len(self.waiting) + len(self.active)
 
     def submit(self, job: _EmbedJob | _ChatJob) -> None:
         if self.busy() >= self.limits.max_queue:
@@ -230,8 +246,8 @@ class _Worker:
                 try:
                     if not self._take():
                         break
-                    if self.embeds and self._embeddings_due():
-                        self._run_embeddings()
+                    if self.chunks or (self.embeds and self._embeddings_due()):
+                        self._embed_step()  # one chunk, then a token of each chat: neither waits long
                     while self.waiting and len(self.active) < self.limits.max_active_chats:
                         self.active.append(self.waiting.pop(0))
                     for chat in list(self.active):
@@ -241,7 +257,7 @@ class _Worker:
 
     def _take(self) -> bool:
         """Move what is in the inbox into the worker's lists; False once asked to stop."""
-        if self.active or self.waiting:
+        if self.active or self.waiting or self.chunks:
             timeout: float | None = 0.0
         elif self.embeds and self.deadline is not None:
             timeout = max(0.0, self.deadline - time.monotonic())
@@ -256,8 +272,9 @@ class _Worker:
             pass
         for item in items:
             if item is _STOP:
-                for job in self.embeds:
-                    job.future.cancel()
+                for job in self.embeds + [job for _, rows in self.chunks for job, _ in rows]:
+                    if not job.future.cancel() and not job.future.done():  # already running
+                        job.future.set_exception(RuntimeError("the server is shutting down"))
                 for chat in self.waiting + self.active:
                     self._emit(chat, ("error", "the server is shutting down"))
                 return False
@@ -273,7 +290,19 @@ class _Worker:
         waiting = sum(len(job.texts) for job in self.embeds)
         return waiting >= self.limits.batch_texts or time.monotonic() >= (self.deadline or 0.0)
 
-    def _run_embeddings(self) -> None:
+    def _embed_step(self) -> None:
+        """Encode one chunk of gathered texts, first gathering the waiting requests if no chunk is left."""
+        if not self.chunks:
+            self._gather()
+        if self.chunks:
+            self._run_chunk(*self.chunks.popleft())
+
+    def _gather(self) -> None:
+        """Take waiting requests (up to ``batch_texts`` texts) and cut their texts into length-sorted chunks.
+
+        Sorting all gathered texts by length before cutting them into ``batch_size`` chunks pads each
+        forward pass as little as offline ``encode()`` pads its sorted batches.
+        """
         jobs, count = [], 0
         while self.embeds and (not jobs or count + len(self.embeds[0].texts) <= self.limits.batch_texts):
             job = self.embeds.pop(0)
@@ -282,27 +311,48 @@ class _Worker:
                 continue
             jobs.append(job)
             count += len(job.texts)
-        self.deadline = time.monotonic() + self.limits.batch_wait_ms / 1000 if self.embeds else None
-        groups: dict[str | None, list[_EmbedJob]] = {}
+        self.deadline = time.monotonic() if self.embeds else None  # those left have waited long enough
+        groups: dict[str | None, list[tuple[_EmbedJob, int]]] = {}
         for job in jobs:
-            groups.setdefault(job.instruction, []).append(job)
-        for instruction, group in groups.items():
-            try:
-                vectors = self._encode([t for job in group for t in job.texts], instruction)
-            except Exception as err:
-                if len(group) == 1:
-                    group[0].future.set_exception(err)
-                    continue
-                for job in group:  # one request's failure must not fail its batch companions
-                    try:
-                        job.future.set_result(self._encode(job.texts, instruction))
-                    except Exception as alone:
-                        job.future.set_exception(alone)
-                continue
-            start = 0
-            for job in group:
-                job.future.set_result(vectors[start : start + len(job.texts)])
-                start += len(job.texts)
+            job.left = len(job.texts)
+            groups.setdefault(job.instruction, []).extend((job, i) for i in range(len(job.texts)))
+        size = self.limits.batch_size
+        for instruction, rows in groups.items():
+            rows.sort(key=lambda row: -row[0].lengths[row[1]])
+            self.chunks.extend((instruction, rows[i : i + size]) for i in range(0, len(rows), size))
+
+    def _run_chunk(self, instruction: str | None, rows: list[tuple[_EmbedJob, int]]) -> None:
+        rows = [(job, i) for job, i in rows if not job.cancelled and not job.future.done()]
+        if not rows:
+            return  # every request in it is gone or failed: its texts are not computed
+        try:
+            vectors = self._encode([job.texts[i] for job, i in rows], instruction)
+        except Exception as err:
+            jobs = list({id(job): job for job, _ in rows}.values())
+            if len(jobs) == 1:
+                self._fail(jobs[0], err)
+                return
+            for job in jobs:  # one request's failure must not fail its batch companions
+                mine = [(j, i) for j, i in rows if j is job]
+                try:
+                    self._deliver(mine, self._encode([job.texts[i] for _, i in mine], instruction))
+                except Exception as alone:
+                    self._fail(job, alone)
+            return
+        self._deliver(rows, vectors)
+
+    def _deliver(self, rows: list[tuple[_EmbedJob, int]], vectors: np.ndarray) -> None:
+        for (job, i), vector in zip(rows, vectors, strict=True):
+            if job.vectors is None:
+                job.vectors = np.empty((len(job.texts), vectors.shape[1]), dtype=np.float32)
+            job.vectors[i] = vector
+            job.left -= 1
+            if job.left == 0:
+                job.future.set_result(job.vectors)
+
+    def _fail(self, job: _EmbedJob, err: Exception) -> None:
+        job.cancelled = True  # its other chunks are skipped
+        job.future.set_exception(err)
 
     def _encode(self, texts: list[str], instruction: str | None) -> np.ndarray:
         self.stats["embedding_batches"] += 1
@@ -745,7 +795,7 @@ def create_app(
             )
         if tokens.empty:
             raise ApiError(400, f"input[{tokens.empty[0]}] has no tokens: nothing to embed", "empty_input", "input")
-        job = _EmbedJob(texts, instruction)
+        job = _EmbedJob(texts, instruction, lengths)
         worker.submit(job)
 
         def forget() -> None:

@@ -347,7 +347,9 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     for job in [*jobs[:2], gone, jobs[2]]:
         worker.inbox.put(job)
     assert worker._take()
-    worker._run_embeddings()
+    worker._embed_step()
+    worker._embed_step()
+    assert not worker.chunks
     # one encode() call per instruction, for all waiting requests; the cancelled one is never computed
     assert worker.stats == {"embedding_batches": 2, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
     assert not gone.future.done()
@@ -362,20 +364,41 @@ def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     for job in jobs:
         worker.inbox.put(job)
     worker._take()
-    worker._run_embeddings()
+    worker._embed_step()
     assert [j.future.done() for j in jobs] == [True, False, False]
-    worker._run_embeddings()
-    worker._run_embeddings()
+    worker._embed_step()
+    worker._embed_step()
     assert all(j.future.done() for j in jobs) and worker.stats["embedding_batches"] == 3
+    for job in jobs:
+        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+
+
+def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_between_them(server):
+    worker = _worker(server, batch_size=2, batch_wait_ms=0)
+    short, long = _EmbedJob(["a", "the dog"], None), _EmbedJob(["the cat sat on the mat", "we like food"], None)
+    gone = _EmbedJob(["i", "you", "we", "the park"], None)
+    for job in (short, long, gone):
+        worker.inbox.put(job)
+    worker._take()
+    worker._embed_step()  # the two longest texts first: here both of `long`
+    assert worker.stats["embedded_texts"] == 2 and long.future.done() and not short.future.done()
+    gone.cancelled = True  # its client disconnects after its requests were gathered
+    while worker.chunks:
+        worker._embed_step()
+    # then [the park, the dog], [you, we], [a, i] by length: without `gone`, 2 batches of one text of `short`
+    assert worker.stats == {"embedding_batches": 3, "embedded_texts": 4, "chat_tokens": 0, "dropped": 0}
+    assert not gone.future.done()  # never finished: none of its texts was computed
+    for job in (short, long):
+        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
 
 
 def test_a_failing_request_does_not_fail_its_batch_companions(server):
     worker = _worker(server, batch_wait_ms=0)
-    good, bad = _EmbedJob(["the cat"], None), _EmbedJob([None], None)  # a job the HTTP layer would have refused
+    good, bad = _EmbedJob(["the cat"], None), _EmbedJob([None], None, [1])  # a job the HTTP layer would have refused
     worker.inbox.put(good)
     worker.inbox.put(bad)
     worker._take()
-    worker._run_embeddings()
+    worker._embed_step()
     np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
     with pytest.raises(ValueError, match="not a string"):
         bad.future.result()
@@ -521,3 +544,23 @@ def test_a_request_whose_client_went_away_is_forgotten():
 
     err, never = asyncio.run(go())
     assert forgotten == [True] and never.cancelled() and err.status == 499
+
+
+def test_load_model_loads_the_lm_once_or_says_how_to_serve_a_bare_decoder(tmp_path):
+    from nosink.serve import load_model
+
+    lm, tok = tiny_chat_model()
+    assert not lm.config.tie_word_embeddings  # a head of its own: a bare save lacks it
+    lm.save_pretrained(tmp_path / "chat")
+    lm.model.save_pretrained(tmp_path / "bare")
+    for folder in ("chat", "bare"):
+        tok.save_pretrained(tmp_path / folder)
+    model, tokenizer = load_model(tmp_path / "chat")
+    assert isinstance(model, tf.LlamaForCausalLM) and tokenizer.chat_template == TEMPLATE
+    torch.testing.assert_close(model.lm_head.weight, lm.lm_head.weight)
+    with pytest.raises(OSError, match=r"has no LM head .* --no-chat"):
+        load_model(tmp_path / "bare")
+    bare, _ = load_model(tmp_path / "bare", chat=False)
+    assert isinstance(bare, tf.LlamaModel)
+    with pytest.raises(OSError, match="no model folder"):
+        load_model(tmp_path / "missing")
