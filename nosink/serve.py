@@ -17,9 +17,10 @@ runs there, so the two never interleave inside a pass (they share every layer, t
 the config). Embedding requests wait in a queue; the worker takes all that are waiting (up to
 ``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more), sorts their
 texts by length (per named prompt) and cuts them into batches of ``Limits.batch_size``, each one
-:meth:`~EncoderFromDecoder.encode` call. Each turn of the worker's loop runs one such batch and one
-token of every active chat (each chat has its own KV cache and random generator), so neither kind of
-request waits behind a long run of the other. A request whose client has gone is dropped before it is
+:meth:`~EncoderFromDecoder.encode` call. Each turn of the worker's loop runs one such batch, then
+tokens of every active chat for as long as that batch took (at least one each; each chat has its own
+KV cache and random generator): when both kinds of request wait, each gets about half of the worker,
+and neither waits behind a long run of the other. A request whose client has gone is dropped before it is
 computed (and between its batches), and a generation stops at its next token.
 
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
@@ -246,12 +247,21 @@ class _Worker:
                 try:
                     if not self._take():
                         break
+                    spent = 0.0
                     if self.chunks or (self.embeds and self._embeddings_due()):
-                        self._embed_step()  # one chunk, then a token of each chat: neither waits long
+                        start = time.perf_counter()
+                        self._embed_step()
+                        spent = time.perf_counter() - start
                     while self.waiting and len(self.active) < self.limits.max_active_chats:
                         self.active.append(self.waiting.pop(0))
-                    for chat in list(self.active):
-                        self._step(chat)
+                    # Chats then get as much time as that batch took (at least one token each): when both
+                    # kinds of request wait, each has about half the worker, and neither waits long.
+                    start = time.perf_counter()
+                    while self.active:
+                        for chat in list(self.active):
+                            self._step(chat)
+                        if time.perf_counter() - start >= spent:
+                            break
                 except Exception:  # the worker must outlive any one request
                     logger.exception("model worker: unexpected error (the worker goes on)")
 
@@ -951,7 +961,8 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "i
 class ServerThread:
     """``app`` served by uvicorn in a background thread, for notebooks, tests and benchmarks.
 
-    >>> # with ServerThread(app) as server: OpenAI(base_url=server.url + "/v1", api_key="-")
+    ``with ServerThread(app) as server:`` serves until the block ends; ``server.url + "/v1"`` is the
+    ``base_url`` of an ``openai.OpenAI`` client.
 
     Args:
         app: the app from :func:`create_app`.
