@@ -61,7 +61,11 @@ _ROLES = ("system", "developer", "user", "assistant")
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for, and how the worker gathers embedding requests into batches."""
+    """What one request may ask for, and how the worker gathers embedding requests into batches.
+
+    Raises:
+        ValueError: for a limit that is not a positive integer (``batch_wait_ms``: a non-negative number).
+    """
 
     max_inputs: int = 256  # texts per embeddings request (more: 413)
     max_tokens_per_text: int = 512  # sink token + prompt + text (more: 400, never cut silently)
@@ -141,9 +145,12 @@ def load_model(
     if chat:
         from transformers import AutoModelForCausalLM
 
-        model, info = AutoModelForCausalLM.from_pretrained(
-            str(name_or_path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True
-        )
+        try:
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(name_or_path), dtype=dtype, attn_implementation="sdpa", output_loading_info=True
+            )
+        except RuntimeError as err:  # transformers' size-mismatch error
+            raise OSError(f"weights in {name_or_path} do not match the model's config: {err}") from None
         problems = {k: sorted(v) for k, v in info.items() if k != "error_msgs" and v}
         if problems and all(k.startswith("lm_head.") for k in info.get("missing_keys", ())) and len(problems) == 1:
             raise OSError(
@@ -564,6 +571,9 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
         raise ApiError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "invalid_value", "stop")
+    seed = _field(data, "seed", (int,), "an integer", None)
+    if seed is not None and not 0 <= seed < 2**63:
+        raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {seed}", "invalid_value", "seed")
     n = _field(data, "n", (int,), "an integer", 1)
     if n != 1:
         raise ApiError(400, f"'n' must be 1 (one answer per request), got {n}", "unsupported_value", "n")
@@ -572,7 +582,7 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
         temperature=_number(data, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True),
         stop=tuple(stops),
-        seed=_field(data, "seed", (int,), "an integer", None),
+        seed=seed,
     )
 
 
@@ -955,7 +965,8 @@ def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "i
     """
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # On Ctrl-C, open streams get 10 s to finish before they are cut.
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
 
 
 class ServerThread:
@@ -973,7 +984,8 @@ class ServerThread:
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="nosink-server", daemon=True)
         self.host = host
 

@@ -248,6 +248,9 @@ BAD = [
     ("chat: max_tokens 0", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 0}, {}, 400, "invalid_value"),
     ("chat: max_tokens over the limit", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 2001}, {}, 400, "invalid_value"),  # noqa: E501
     ("chat: max_tokens past the positions", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 2000, "messages": [{"role": "user", "content": "a " * 100}]}, {}, 400, "context_length_exceeded"),  # noqa: E501
+    ("chat: seed too large", "/v1/chat/completions", {**OK_CHAT, "seed": 2**70}, {}, 400, "invalid_value"),
+    ("chat: seed negative", "/v1/chat/completions", {**OK_CHAT, "seed": -1}, {}, 400, "invalid_value"),
+    ("chat: temperature infinite", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "temperature": 1e999}', {}, 400, "invalid_value"),  # noqa: E501
     ("chat: n 2", "/v1/chat/completions", {**OK_CHAT, "n": 2}, {}, 400, "unsupported_value"),
     ("chat: five stops", "/v1/chat/completions", {**OK_CHAT, "stop": list("abcde")}, {}, 400, "invalid_value"),
     ("chat: empty stop", "/v1/chat/completions", {**OK_CHAT, "stop": ""}, {}, 400, "invalid_value"),
