@@ -592,12 +592,17 @@ async def _json_body(request: Any, limit: int) -> dict:
         raise ApiError(
             413, f"the request body ({length} bytes) is over this server's {limit} bytes", "request_too_large"
         )
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is over this server's {limit} bytes", "request_too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the request body is over this server's {limit} bytes", "request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ApiError(499, "the client closed the request", "client_closed_request") from None
     try:
         data = json.loads(b"".join(chunks))
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

@@ -567,3 +567,48 @@ def test_load_model_loads_the_lm_once_or_says_how_to_serve_a_bare_decoder(tmp_pa
     assert isinstance(bare, tf.LlamaModel)
     with pytest.raises(OSError, match="no model folder"):
         load_model(tmp_path / "missing")
+
+
+def _until(condition, what):
+    deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
+    worker = server.app.state.worker
+    release, held = threading.Event(), []
+
+    def hold(texts, instruction):  # the first batch keeps the worker busy until released
+        held.append(texts)
+        release.wait(120)
+        return type(worker)._encode(worker, texts, instruction)
+
+    worker._encode = hold
+    try:
+        first = []
+        busy = threading.Thread(target=lambda: first.append(client.embeddings.create(model="tiny", input="the cat")))
+        busy.start()
+        _until(lambda: held, "the first request to reach the worker")
+        del worker._encode
+        before = dict(worker.stats)
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+        conn.request(
+            "POST",
+            "/v1/embeddings",
+            json.dumps({**OK_EMBED, "input": ["a dog ran"]}),
+            {"Authorization": f"Bearer {KEY}"},
+        )
+        jobs = lambda: [j for j in list(worker.inbox.queue) if isinstance(j, _EmbedJob)]  # noqa: E731
+        _until(jobs, "the second request to wait for the worker")
+        conn.sock.shutdown(2)
+        conn.close()
+        _until(lambda: jobs()[0].cancelled, "the server to notice the disconnect")
+    finally:
+        release.set()
+    busy.join()
+    _until(lambda: worker.stats["dropped"] == before["dropped"] + 1, "the worker to drop the request")
+    # only "the cat" (held at the snapshot, counted once released) was encoded; "a dog ran" never was
+    assert worker.stats["embedded_texts"] == before["embedded_texts"] + 1
+    np.testing.assert_allclose(_vectors(first[0]), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
