@@ -667,7 +667,8 @@ def create_app(
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
-        ValueError: for chat without an LM head or a chat template, or bad prompts.
+        ValueError: for a missing tokenizer, chat without an LM head or a chat template, an empty
+            ``api_key``, or prompts that are not names mapped to strings.
         SpecError: if the spec does not fit the model.
     """
     try:
@@ -680,6 +681,10 @@ def create_app(
         raise ImportError('serving needs FastAPI and uvicorn: pip install "nosink[serve]"') from err
 
     limits = limits or Limits()
+    if tokenizer is None:
+        raise ValueError("the server needs the model's tokenizer")
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
+        raise ValueError("api_key must be a non-empty string, or None for no key")
     prompts = dict(prompts or {})
     for key, text in prompts.items():
         if not isinstance(key, str) or not key or not isinstance(text, str):

@@ -450,6 +450,12 @@ def test_create_app_refuses_what_cannot_serve():
     with pytest.raises(ValueError, match="no chat template"):
         create_app(lm, tok, SPEC)
     create_app(lm, tok, SPEC, chat=False)  # embeddings need no template
+    with pytest.raises(ValueError, match="needs the model's tokenizer"):
+        create_app(lm, None, SPEC, chat=False)
+    with pytest.raises(ValueError, match="api_key must be a non-empty string"):
+        create_app(lm, tok, SPEC, chat=False, api_key=" ")
+    with pytest.raises(ValueError, match="prompts must map names to strings"):
+        create_app(lm, tok, SPEC, chat=False, prompts={"q": None})
     with pytest.raises(ValueError, match=r"Limits\.batch_texts must be a positive integer"):
         Limits(batch_texts=0)
     assert ApiError(400, "m", "c").body() == {
