@@ -487,7 +487,7 @@ def _number(data: dict, name: str, default: float, low: float, high: float, low_
     return value
 
 
-def _texts_of(data: dict) -> tuple[list[str], bool]:
+def _texts_of(data: dict, most: int) -> list[str]:
     raw = data.get("input")
     if raw is None:
         raise ApiError(400, "'input' is required: a string or a list of strings", "missing_input", "input")
@@ -512,7 +512,48 @@ def _texts_of(data: dict) -> tuple[list[str], bool]:
             raise ApiError(400, f"'input[{i}]' must be a string, got {type(text).__name__}", "invalid_type", "input")
         if not text:
             raise ApiError(400, f"'input[{i}]' is an empty string: it has nothing to embed", "empty_input", "input")
-    return raw, False
+    if len(raw) > most:
+        raise ApiError(
+            413, f"{len(raw)} inputs in one request; this server takes at most {most}", "too_many_inputs", "input"
+        )
+    return raw
+
+
+def _embedding_options(data: dict, width: int, prompts: dict[str, str]) -> tuple[str, int, str | None]:
+    """``(encoding_format, dimensions, instruction)`` of an embeddings request."""
+    fmt = _field(data, "encoding_format", (str,), "'float' or 'base64'", "float")
+    if fmt not in ("float", "base64"):
+        message = f"'encoding_format' must be 'float' or 'base64', got {printable(repr(fmt))[:80]}"
+        raise ApiError(400, message, "invalid_value", "encoding_format")
+    dims = _field(data, "dimensions", (int,), "an integer", width)
+    if not 1 <= dims <= width:
+        raise ApiError(400, f"'dimensions' must be from 1 to {width}, got {dims}", "invalid_value", "dimensions")
+    prompt_name = _field(data, "prompt_name", (str,), "a string", None)
+    if prompt_name is None:
+        return fmt, dims, None
+    if prompt_name not in prompts:
+        known = ", ".join(map(repr, sorted(prompts))) or "none"
+        shown = printable(repr(prompt_name))[:80]
+        raise ApiError(400, f"unknown prompt_name {shown}; this server has {known}", "unknown_prompt", "prompt_name")
+    return fmt, dims, prompts[prompt_name]
+
+
+def _embedding_response(vectors: np.ndarray, dims: int, fmt: str, model: str, tokens: int) -> dict[str, Any]:
+    """OpenAI's embeddings body: ``vectors`` (unit length) cut to ``dims`` and re-normalised, as floats or base64."""
+    if dims < vectors.shape[1]:
+        vectors = vectors[:, :dims]
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")  # base64 carries little-endian float32, as OpenAI's
+    if fmt == "base64":
+        rows: list[Any] = [base64.b64encode(v.tobytes()).decode("ascii") for v in vectors]
+    else:
+        rows = vectors.tolist()
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 def _messages_of(data: dict) -> list[dict[str, str]]:
@@ -777,36 +818,8 @@ def create_app(
     async def embeddings(request: Request) -> Any:
         data = await _json_body(request, limits.max_body_bytes)
         model_name = check_model(data)
-        texts, _ = _texts_of(data)
-        if len(texts) > limits.max_inputs:
-            raise ApiError(
-                413,
-                f"{len(texts)} inputs in one request; this server takes at most {limits.max_inputs}",
-                "too_many_inputs",
-                "input",
-            )
-        fmt = _field(data, "encoding_format", (str,), "'float' or 'base64'", "float")
-        if fmt not in ("float", "base64"):
-            raise ApiError(
-                400,
-                f"'encoding_format' must be 'float' or 'base64', got {printable(repr(fmt))[:80]}",
-                "invalid_value",
-                "encoding_format",
-            )
-        width = encoder.config.hidden_size
-        dims = _field(data, "dimensions", (int,), "an integer", width)
-        if not 1 <= dims <= width:
-            raise ApiError(400, f"'dimensions' must be from 1 to {width}, got {dims}", "invalid_value", "dimensions")
-        prompt_name = _field(data, "prompt_name", (str,), "a string", None)
-        if prompt_name is not None and prompt_name not in prompts:
-            known = ", ".join(map(repr, sorted(prompts))) or "none"
-            raise ApiError(
-                400,
-                f"unknown prompt_name {printable(repr(prompt_name))[:80]}; this server has {known}",
-                "unknown_prompt",
-                "prompt_name",
-            )
-        instruction = prompts.get(prompt_name) if prompt_name is not None else None
+        texts = _texts_of(data, limits.max_inputs)
+        fmt, dims, instruction = _embedding_options(data, encoder.config.hidden_size, prompts)
         # The library's own pipeline counts what encode() will read: sink token, prompt and text.
         try:
             tokens = await run_in_threadpool(_texts.tokenize, tokenizer, texts, instruction, sink=sink)
@@ -832,23 +845,7 @@ def create_app(
             job.cancelled = True
 
         vectors = await _until_done(request, asyncio.wrap_future(job.future), forget)
-        if dims < width:
-            vectors = vectors[:, :dims]
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        vectors = np.ascontiguousarray(vectors, dtype="<f4")
-        if fmt == "base64":
-            rows: list[Any] = [base64.b64encode(v.tobytes()).decode("ascii") for v in vectors]
-        else:
-            rows = vectors.tolist()
-        used = sum(lengths)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)],
-                "model": model_name,
-                "usage": {"prompt_tokens": used, "total_tokens": used},
-            }
-        )
+        return JSONResponse(_embedding_response(vectors, dims, fmt, model_name, sum(lengths)))
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(request: Request) -> Any:
