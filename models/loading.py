@@ -300,28 +300,34 @@ def load_model(
     dtype: torch.dtype | str | None,
     attn_implementation: str,
     saved: bool,
+    head: bool = False,
     **hf_kwargs: Any,
 ) -> torch.nn.Module:
-    """The bare decoder, refusing weights that do not match its config (transformers would only warn).
+    """The bare decoder (or with ``head``, the causal LM), refusing weights that do not match its config.
+
+    transformers would only warn about missing, unexpected or mis-shaped weights; for an encoder that is
+    silently wrong, so they are errors here.
 
     Args:
         name_or_path: hub id or folder.
         dtype: as for :func:`check_dtype`.
         attn_implementation: passed to transformers.
         saved: the folder is a saved encoder (no head weights are expected in it).
-        **hf_kwargs: passed to ``AutoModel.from_pretrained``.
+        head: load the causal LM with its LM head (``AutoModelForCausalLM``), for generation.
+        **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``AutoModelForCausalLM`` with ``head``).
 
     Raises:
         OSError: for missing, unexpected, mis-shaped, truncated or unloadable weights, naming the source.
         ValueError: for an unknown dtype name.
     """
     from safetensors import SafetensorError
-    from transformers import AutoModel
+    from transformers import AutoModel, AutoModelForCausalLM
 
     source = _source(name_or_path)
     where = printable(source)
+    auto = AutoModelForCausalLM if head else AutoModel
     try:
-        model, info = AutoModel.from_pretrained(
+        model, info = auto.from_pretrained(
             source, dtype=check_dtype(dtype), attn_implementation=attn_implementation, output_loading_info=True,
             **hf_kwargs,
         )  # fmt: skip
@@ -340,6 +346,11 @@ def load_model(
     problems = {k: v for k, v in problems.items() if v}
     if unexpected:
         problems["unexpected_keys"] = unexpected
+    if head and list(problems) == ["missing_keys"] and all(k.startswith("lm_head.") for k in problems["missing_keys"]):
+        raise OSError(
+            f"{where} has no LM head (a bare decoder, or an encoder saved by nosink): load it without the head "
+            "for embeddings only, or give the chat model it came from"
+        )
     if problems:
         # transformers would initialise or drop these and carry on: for an encoder that is silently wrong.
         raise OSError(f"weights in {where} do not match the model's config: {problems}")

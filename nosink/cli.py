@@ -200,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     where = plan.add_mutually_exclusive_group(required=True)
     where.add_argument("--depth", type=_count(), help="number of decoder layers")
     where.add_argument("--model", help="read the depth from this model's config (hub id, folder or 'demo')")
+    _serve_parser(sub)
     return p
 
 
@@ -536,6 +537,54 @@ def _message(err: BaseException) -> str:
     return text if isinstance(err, _EXPECTED) else f"{type(err).__name__}: {text}"
 
 
+# ---- nosink serve: one block (parser and handler); the server itself is nosink/serve.py -------------------------
+
+
+def _serve_parser(sub: Any) -> None:
+    s = sub.add_parser("serve", help="serve chat and embeddings from one copy of the weights (OpenAI-compatible HTTP)")
+    s.add_argument("model", help="hub id, local folder, or 'demo'")
+    s.add_argument("--spec", required=True, help='layer spec of the embeddings, e.g. "F* | M0B*10"')
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=_count(), default=8000)
+    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $NOSINK_API_KEY)")
+    s.add_argument("--no-chat", action="store_true", help="serve embeddings only (loads no LM head)")
+    s.add_argument("--name", help="model id clients send (default: the model folder's name)")
+    s.add_argument("--prompts", nargs="+", default=[], metavar="NAME=TEXT",
+                   help="named embedding instructions, chosen per request by prompt_name (\\n: newline)")  # fmt: skip
+    s.add_argument("--dtype", default=None, help="weights' dtype (float32, bfloat16, ...; default: the checkpoint's)")
+    s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    s.add_argument("--max-inputs", type=_count(), default=256, help="texts per embeddings request")
+    s.add_argument("--max-tokens-per-text", type=_count(), default=512,
+                   help="tokens per text, sink and prompt included")  # fmt: skip
+    s.add_argument("--batch-size", type=_count(), default=8,
+                   help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+
+    from nosink.serve import Limits, create_app, load_model, run
+
+    prompts = {}
+    for item in args.prompts:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--prompts takes NAME=TEXT, got {printable(repr(item))}")
+        prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
+    path = _model_path(args.model)
+    model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
+    limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
+                    batch_size=args.batch_size)  # fmt: skip
+    api_key = args.api_key or os.environ.get("NOSINK_API_KEY") or None
+    name = args.name or ("SmolLM2-135M-Instruct" if args.model == "demo" else Path(str(args.model).rstrip("/")).name)
+    app = create_app(model, tokenizer, args.spec, name=name, chat=not args.no_chat, prompts=prompts, api_key=api_key,
+                     limits=limits)  # fmt: skip
+    print(f"serving {name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'}) on "
+          f"http://{args.host}:{args.port}/v1{' with an API key' if api_key else ''}", file=sys.stderr)  # fmt: skip
+    run(app, host=args.host, port=args.port)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (argparse exits with 2 on a malformed command).
 
@@ -549,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.command == "encode" and not args.text and not args.file:
         parser.error("nothing to encode; give --text or --file")
-    commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect}
+    commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect, "serve": _serve}
     try:
         return commands[args.command](args)
     except KeyboardInterrupt:

@@ -1,0 +1,622 @@
+"""The OpenAI-compatible server: chat and embeddings from one copy of the weights, called with the openai client.
+
+A tiny random Llama (with its LM head) and the word-level test tokenizer, given a chat template, are served
+by uvicorn in a thread on a free localhost port; the real SmolLM2 gets the same checks when it is cached.
+"""
+
+import base64
+import http.client
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+
+import transformers as tf  # noqa: E402
+from tiny import CONFIGS, tiny_tokenizer  # noqa: E402
+
+from nosink.models import texts as nosink_texts  # noqa: E402
+from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, create_app  # noqa: E402
+
+KEY = "test-key"
+SPEC = "F* | M0B*2"
+PROMPTS = {"query": "what is ", "doc": "i like "}
+TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s> {% endif %}"
+)
+LIMITS = Limits(max_inputs=4, max_tokens_per_text=12, max_body_bytes=4000, max_new_tokens=2000)
+TEXTS = ["the cat sat on the mat", "a dog ran in the park", "paris is the capital of france"]
+CHAT = [{"role": "user", "content": "the cat"}]
+
+
+def tiny_chat_model(seed: int = 0):
+    """A seeded random LlamaForCausalLM over the test tokenizer's words, and that tokenizer with a chat template."""
+    tok = tiny_tokenizer()
+    tok.chat_template = TEMPLATE
+    config = CONFIGS["llama"]()
+    config.vocab_size = len(tok)
+    torch.manual_seed(seed)
+    lm = tf.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return lm.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def server():
+    lm, tok = tiny_chat_model()
+    app = create_app(lm, tok, SPEC, name="tiny", prompts=PROMPTS, api_key=KEY, limits=LIMITS)
+    with ServerThread(app) as running:
+        running.app = app
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def _raw(server, method, path, body=b"", headers=None):
+    """``(status, parsed JSON body)`` of one plain HTTP request (for what the openai client would not send)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    hdrs = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **(headers or {})}
+    if not isinstance(body, bytes):
+        body = json.dumps(body).encode()
+    conn.request(method, path, body=body, headers={k: v for k, v in hdrs.items() if v is not None})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, json.loads(data)
+
+
+def _encode(server, texts, instruction=None):
+    return server.app.state.encoder.encode(texts, instruction, normalize_embeddings=True)
+
+
+def _vectors(response):
+    return np.array([d.embedding for d in sorted(response.data, key=lambda d: d.index)], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------- embeddings
+
+
+def test_embeddings_over_http_equal_encode(server, client):
+    want = _encode(server, TEXTS)
+    floats = client.embeddings.create(model="tiny", input=TEXTS, encoding_format="float")
+    assert [d.index for d in floats.data] == [0, 1, 2] and all(d.object == "embedding" for d in floats.data)
+    np.testing.assert_allclose(_vectors(floats), want, atol=1e-6, rtol=0)
+    # The openai client asks for base64 unless told otherwise, and decodes it.
+    np.testing.assert_allclose(_vectors(client.embeddings.create(model="tiny", input=TEXTS)), want, atol=1e-6, rtol=0)
+    raw = client.embeddings.create(model="tiny", input=TEXTS, encoding_format="base64")
+    decoded = np.stack([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4") for d in raw.data])
+    np.testing.assert_allclose(decoded, want, atol=1e-6, rtol=0)
+    # usage counts what the model reads: the sink token and the text, as the library's pipeline tokenizes them
+    tokens = nosink_texts.tokenize(server.app.state.encoder.tokenizer, TEXTS, sink=server.app.state.encoder.sink_ids())
+    assert floats.usage.prompt_tokens == floats.usage.total_tokens == sum(tokens.lengths) == 3 * 7
+
+
+def test_one_string_is_one_input(server, client):
+    got = client.embeddings.create(model="tiny", input="a dog ran", encoding_format="float")
+    assert len(got.data) == 1
+    np.testing.assert_allclose(_vectors(got)[0], _encode(server, ["a dog ran"])[0], atol=1e-6, rtol=0)
+
+
+def test_dimensions_truncate_and_renormalise(server, client):
+    full = _encode(server, TEXTS)
+    got = _vectors(client.embeddings.create(model="tiny", input=TEXTS, dimensions=8, encoding_format="float"))
+    by_hand = full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True)
+    assert got.shape == (3, 8)
+    np.testing.assert_allclose(got, by_hand, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, atol=1e-6)
+
+
+def test_a_named_prompt_is_the_instruction(server, client):
+    got = client.embeddings.create(model="tiny", input=TEXTS, extra_body={"prompt_name": "query"})
+    np.testing.assert_allclose(_vectors(got), _encode(server, TEXTS, PROMPTS["query"]), atol=1e-6, rtol=0)
+    assert np.abs(_vectors(got) - _encode(server, TEXTS)).max() > 1e-3  # the prompt changes the vectors
+    # counted with each text, as encode() reads it: sink + "what is" + text
+    assert got.usage.prompt_tokens == 3 * (7 + 2)
+
+
+def test_encoder_and_chat_model_share_their_parameters(server):
+    encoder, model = server.app.state.encoder, server.app.state.model
+    ptrs = {p.data_ptr() for p in model.parameters()}
+    assert {p.data_ptr() for p in encoder.parameters()} <= ptrs
+    assert encoder.parts.embed_tokens.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert sum(p.numel() for p in encoder.parameters()) == sum(p.numel() for p in model.model.parameters())
+
+
+# ---------------------------------------------------------------------------------------------- chat
+
+
+def _greedy_reference(server, max_tokens):
+    lm, tok = server.app.state.model, server.app.state.encoder.tokenizer
+    prompt = tok.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=False)
+    ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False)
+    return tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True), ids.shape[1]
+
+
+def test_chat_greedy_equals_generate_and_streams_the_same_text(server, client):
+    want, prompt_tokens = _greedy_reference(server, 8)
+    got = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=8, temperature=0)
+    assert got.object == "chat.completion" and got.choices[0].message.role == "assistant"
+    assert got.choices[0].message.content == want and want
+    assert got.choices[0].finish_reason == "length"
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (prompt_tokens, 8)
+    stream = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    assert chunks[-1].usage.completion_tokens == 8 and not chunks[-1].choices
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 2  # really streamed, token by token
+
+
+def test_stop_strings_end_the_answer_before_them(server, client):
+    full, _ = _greedy_reference(server, 8)
+    stop = full.split()[2]
+    want = full[: full.find(stop)]
+    got = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=8, temperature=0, stop=[stop])
+    assert got.choices[0].message.content == want and got.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=8, temperature=0, stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
+
+
+def test_seeded_sampling_repeats_and_top_p_narrows(server, client):
+    def ask(**kw):
+        return (
+            client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=12, **kw).choices[0].message.content
+        )
+
+    assert ask(temperature=1.5, seed=7) == ask(temperature=1.5, seed=7)
+    assert len({ask(temperature=1.5, seed=s) for s in range(4)}) > 1
+    greedy = ask(temperature=0)
+    assert ask(temperature=1.5, top_p=1e-6, seed=3) == greedy  # only the most likely token survives
+
+
+def test_models_and_health(server, client):
+    (card,) = client.models.list().data
+    assert card.id == "tiny" and card.owned_by == "nosink"
+    assert card.model_extra["spec"] == SPEC and card.model_extra["prompts"] == ["doc", "query"]
+    assert card.model_extra["dimensions"] == 32 and card.model_extra["chat"] is True
+    status, body = _raw(server, "GET", "/health", headers={"Authorization": None})
+    assert status == 200 and body["status"] == "ok"
+
+
+# ---------------------------------------------------------------------------------------------- bad requests
+
+OK_EMBED = {"model": "tiny", "input": ["the cat"]}
+OK_CHAT = {"model": "tiny", "messages": CHAT, "max_tokens": 2}
+
+# (name, path, body (dict or raw bytes), extra headers, status, error code)
+# fmt: off
+BAD = [
+    ("malformed json", "/v1/embeddings", b'{"model": "tiny", "input": [', {}, 400, "invalid_json"),
+    ("not utf-8", "/v1/embeddings", b'{"model": "\xff"}', {}, 400, "invalid_json"),
+    ("not an object", "/v1/embeddings", b"[1, 2]", {}, 400, "invalid_json"),
+    ("nested too deep", "/v1/embeddings", b"[" * 1900 + b"]" * 1900, {}, 400, "invalid_json"),
+    ("input a number", "/v1/embeddings", {**OK_EMBED, "input": 3.5}, {}, 400, "invalid_type"),
+    ("input missing", "/v1/embeddings", {"model": "tiny"}, {}, 400, "missing_input"),
+    ("input item a dict", "/v1/embeddings", {**OK_EMBED, "input": ["a", {"x": 1}]}, {}, 400, "invalid_type"),
+    ("token ids", "/v1/embeddings", {**OK_EMBED, "input": [[5, 6, 7]]}, {}, 400, "unsupported_input"),
+    ("token id list", "/v1/embeddings", {**OK_EMBED, "input": [5, 6, 7]}, {}, 400, "unsupported_input"),
+    ("empty list", "/v1/embeddings", {**OK_EMBED, "input": []}, {}, 400, "empty_input"),
+    ("empty string", "/v1/embeddings", {**OK_EMBED, "input": ["the cat", ""]}, {}, 400, "empty_input"),
+    ("unknown model", "/v1/embeddings", {**OK_EMBED, "model": "gpt-4"}, {}, 404, "model_not_found"),
+    ("model missing", "/v1/embeddings", {"input": "a"}, {}, 400, "invalid_type"),
+    ("model a number", "/v1/embeddings", {**OK_EMBED, "model": 3}, {}, 400, "invalid_type"),
+    ("too many inputs", "/v1/embeddings", {**OK_EMBED, "input": ["a"] * 5}, {}, 413, "too_many_inputs"),
+    ("text too long", "/v1/embeddings", {**OK_EMBED, "input": ["a", "the cat " * 6]}, {}, 400, "context_length_exceeded"),  # noqa: E501
+    ("prompt makes it too long", "/v1/embeddings", {**OK_EMBED, "input": ["the cat " * 5], "prompt_name": "query"}, {}, 400, "context_length_exceeded"),  # noqa: E501
+    ("body too large", "/v1/embeddings", {**OK_EMBED, "input": ["x" * 5000]}, {}, 413, "request_too_large"),
+    ("dimensions 0", "/v1/embeddings", {**OK_EMBED, "dimensions": 0}, {}, 400, "invalid_value"),
+    ("dimensions too large", "/v1/embeddings", {**OK_EMBED, "dimensions": 33}, {}, 400, "invalid_value"),
+    ("dimensions a string", "/v1/embeddings", {**OK_EMBED, "dimensions": "8"}, {}, 400, "invalid_type"),
+    ("dimensions a bool", "/v1/embeddings", {**OK_EMBED, "dimensions": True}, {}, 400, "invalid_type"),
+    ("dimensions a float", "/v1/embeddings", {**OK_EMBED, "dimensions": 8.0}, {}, 400, "invalid_type"),
+    ("encoding_format", "/v1/embeddings", {**OK_EMBED, "encoding_format": "hex"}, {}, 400, "invalid_value"),
+    ("unknown prompt", "/v1/embeddings", {**OK_EMBED, "prompt_name": "passage"}, {}, 400, "unknown_prompt"),
+    ("no api key", "/v1/embeddings", OK_EMBED, {"Authorization": None}, 401, "invalid_api_key"),
+    ("wrong api key", "/v1/embeddings", OK_EMBED, {"Authorization": "Bearer nope"}, 401, "invalid_api_key"),
+    ("key without bearer", "/v1/chat/completions", OK_CHAT, {"Authorization": KEY}, 401, "invalid_api_key"),
+    ("unknown route", "/v1/completions", OK_CHAT, {}, 404, "not_found"),
+    ("chat: no messages", "/v1/chat/completions", {**OK_CHAT, "messages": []}, {}, 400, "invalid_messages"),
+    ("chat: bad role", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "root", "content": "a"}]}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: content a number", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": 1}]}, {}, 400, "invalid_type"),  # noqa: E501
+    ("chat: image part", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, {}, 400, "unsupported_content"),  # noqa: E501
+    ("chat: unknown model", "/v1/chat/completions", {**OK_CHAT, "model": "tiny2"}, {}, 404, "model_not_found"),
+    ("chat: temperature < 0", "/v1/chat/completions", {**OK_CHAT, "temperature": -1}, {}, 400, "invalid_value"),
+    ("chat: temperature NaN", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "temperature": NaN}', {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: temperature a string", "/v1/chat/completions", {**OK_CHAT, "temperature": "hot"}, {}, 400, "invalid_type"),
+    ("chat: top_p 0", "/v1/chat/completions", {**OK_CHAT, "top_p": 0}, {}, 400, "invalid_value"),
+    ("chat: max_tokens 0", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 0}, {}, 400, "invalid_value"),
+    ("chat: max_tokens over the limit", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 2001}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: max_tokens past the positions", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 2000, "messages": [{"role": "user", "content": "a " * 100}]}, {}, 400, "context_length_exceeded"),  # noqa: E501
+    ("chat: seed too large", "/v1/chat/completions", {**OK_CHAT, "seed": 2**70}, {}, 400, "invalid_value"),
+    ("chat: seed negative", "/v1/chat/completions", {**OK_CHAT, "seed": -1}, {}, 400, "invalid_value"),
+    ("chat: temperature infinite", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "temperature": 1e999}', {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: n 2", "/v1/chat/completions", {**OK_CHAT, "n": 2}, {}, 400, "unsupported_value"),
+    ("chat: five stops", "/v1/chat/completions", {**OK_CHAT, "stop": list("abcde")}, {}, 400, "invalid_value"),
+    ("chat: empty stop", "/v1/chat/completions", {**OK_CHAT, "stop": ""}, {}, 400, "invalid_value"),
+    ("chat: stream a string", "/v1/chat/completions", {**OK_CHAT, "stream": "yes"}, {}, 400, "invalid_type"),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("name", "path", "body", "headers", "status", "code"), BAD, ids=[b[0] for b in BAD])
+def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
+    server, client, name, path, body, headers, status, code
+):
+    got_status, got = _raw(server, "POST", path, body, headers)
+    assert got_status == status, got
+    assert set(got) == {"error"} and got["error"]["code"] == code
+    assert got["error"]["type"] == "invalid_request_error"
+    assert isinstance(got["error"]["message"], str) and got["error"]["message"]
+    # ... and the server still answers correctly.
+    ok = client.embeddings.create(model="tiny", input=["the cat"], encoding_format="float")
+    np.testing.assert_allclose(_vectors(ok), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
+
+
+def test_messages_quote_client_input_without_control_characters(server):
+    status, got = _raw(server, "POST", "/v1/embeddings", {**OK_EMBED, "model": "x\x1b]0;pwned\x07"})
+    assert status == 404
+    message = got["error"]["message"]
+    assert "pwned" in message and "\x1b" not in message and "\x07" not in message and "\\x1b" in message
+
+
+def test_the_openai_client_sees_the_errors_as_openai_errors(client):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.embeddings.create(model="nope", input="a")
+    assert err.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model="tiny", input="a", dimensions=1000)
+    assert err.value.param == "dimensions"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0).models.list()
+
+
+# ---------------------------------------------------------------------------------------------- load and isolation
+
+
+def test_concurrent_clients_each_get_their_own_result(server, client):
+    sets = [TEXTS[:1], TEXTS[1:], TEXTS, ["we love good food", "the river bank"], ["i hate bad food"]]
+    want = {i: _encode(server, s) for i, s in enumerate(sets)}
+    want_prompt = {i: _encode(server, s, PROMPTS["doc"]) for i, s in enumerate(sets)}
+    chat_want, _ = _greedy_reference(server, 6)
+    results, errors = {}, []
+
+    def embed(k):
+        try:
+            i = k % len(sets)
+            kw = {"extra_body": {"prompt_name": "doc"}} if k % 3 == 0 else {}
+            results[k] = (i, bool(kw), _vectors(client.embeddings.create(model="tiny", input=sets[i], **kw)))
+        except Exception as err:  # surfaced below, with the others
+            errors.append(err)
+
+    def chat(k):
+        try:
+            kw = {"stream": True} if k % 2 else {}
+            got = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=6, temperature=0, **kw)
+            text = (
+                "".join(c.choices[0].delta.content or "" for c in got if c.choices)
+                if kw
+                else got.choices[0].message.content
+            )
+            results[k] = ("chat", text)
+        except Exception as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=chat if k % 4 == 3 else embed, args=(k,)) for k in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 24
+    for result in results.values():
+        if result[0] == "chat":
+            assert result[1] == chat_want
+        else:
+            i, prompted, got = result
+            # batch companions change float32 rounding only (encode() promises about 1e-5)
+            np.testing.assert_allclose(got, (want_prompt if prompted else want)[i], atol=1e-5, rtol=0)
+
+
+def _worker(server, **limits):
+    app = server.app
+    return _Worker(app.state.encoder, None, app.state.encoder.tokenizer, Limits(**limits))
+
+
+def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
+    worker = _worker(server, batch_texts=64, batch_wait_ms=0)
+    jobs = [_EmbedJob(["the cat sat"], None), _EmbedJob(TEXTS, None), _EmbedJob(["a dog"], PROMPTS["query"])]
+    gone = _EmbedJob(["we love food"], None, cancelled=True)  # its client disconnected while it waited
+    for job in [*jobs[:2], gone, jobs[2]]:
+        worker.inbox.put(job)
+    assert worker._take()
+    worker._embed_step()
+    worker._embed_step()
+    assert not worker.chunks
+    # one encode() call per instruction, for all waiting requests; the cancelled one is never computed
+    assert worker.stats == {"embedding_batches": 2, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
+    assert not gone.future.done()
+    np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(jobs[1].future.result(), _encode(server, TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(jobs[2].future.result(), _encode(server, ["a dog"], PROMPTS["query"]), atol=1e-6)
+
+
+def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
+    worker = _worker(server, batch_texts=3, batch_wait_ms=0)
+    jobs = [_EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS, None)]
+    for job in jobs:
+        worker.inbox.put(job)
+    worker._take()
+    worker._embed_step()
+    assert [j.future.done() for j in jobs] == [True, False, False]
+    worker._embed_step()
+    worker._embed_step()
+    assert all(j.future.done() for j in jobs) and worker.stats["embedding_batches"] == 3
+    for job in jobs:
+        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+
+
+def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_between_them(server):
+    worker = _worker(server, batch_size=2, batch_wait_ms=0)
+    short, long = _EmbedJob(["a", "the dog"], None), _EmbedJob(["the cat sat on the mat", "we like food"], None)
+    gone = _EmbedJob(["i", "you", "we", "the park"], None)
+    for job in (short, long, gone):
+        worker.inbox.put(job)
+    worker._take()
+    worker._embed_step()  # the two longest texts first: here both of `long`
+    assert worker.stats["embedded_texts"] == 2 and long.future.done() and not short.future.done()
+    gone.cancelled = True  # its client disconnects after its requests were gathered
+    while worker.chunks:
+        worker._embed_step()
+    # then [the park, the dog], [you, we], [a, i] by length: without `gone`, 2 batches of one text of `short`
+    assert worker.stats == {"embedding_batches": 3, "embedded_texts": 4, "chat_tokens": 0, "dropped": 0}
+    assert not gone.future.done()  # never finished: none of its texts was computed
+    for job in (short, long):
+        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+
+
+def test_a_failing_request_does_not_fail_its_batch_companions(server):
+    worker = _worker(server, batch_wait_ms=0)
+    good, bad = _EmbedJob(["the cat"], None), _EmbedJob([None], None, [1])  # a job the HTTP layer would have refused
+    worker.inbox.put(good)
+    worker.inbox.put(bad)
+    worker._take()
+    worker._embed_step()
+    np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
+    with pytest.raises(ValueError, match="not a string"):
+        bad.future.result()
+
+
+def test_a_disconnected_stream_stops_its_generation(server):
+    def health():
+        return _raw(server, "GET", "/health")[1]
+
+    before = health()["dropped"]
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    body = {**OK_CHAT, "max_tokens": 2000, "temperature": 0, "stream": True}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Authorization": f"Bearer {KEY}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    lines = [response.readline() for _ in range(4)]  # the role chunk, a blank line, then the first token's chunk
+    assert lines[2].startswith(b"data: ") and b'"content": "' in lines[2]  # so the generation has started
+    conn.sock.shutdown(2)
+    conn.close()
+    deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
+    while health()["dropped"] == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = health()
+    assert after["dropped"] == before + 1 and after["waiting"] == 0
+
+
+# ---------------------------------------------------------------------------------------------- setup and CLI
+
+
+def test_embeddings_only_server_refuses_chat(server):
+    lm, tok = tiny_chat_model()
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False)  # a bare decoder: no LM head, no chat
+    with ServerThread(app) as running:
+        running.app = app
+        status, got = _raw(running, "POST", "/v1/chat/completions", OK_CHAT)
+        assert status == 404 and got["error"]["code"] == "chat_disabled"
+        c = openai.OpenAI(base_url=running.url + "/v1", api_key="-", max_retries=0)  # no key needed here
+        np.testing.assert_allclose(_vectors(c.embeddings.create(model="tiny", input=TEXTS)), _encode(running, TEXTS))
+    with pytest.raises(ValueError, match="causal LM with its head"):
+        create_app(lm.model, tok, SPEC)
+
+
+def test_create_app_refuses_what_cannot_serve():
+    lm, tok = tiny_chat_model()
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        create_app(lm, tok, SPEC)
+    create_app(lm, tok, SPEC, chat=False)  # embeddings need no template
+    with pytest.raises(ValueError, match="needs the model's tokenizer"):
+        create_app(lm, None, SPEC, chat=False)
+    with pytest.raises(ValueError, match="api_key must be a non-empty string"):
+        create_app(lm, tok, SPEC, chat=False, api_key=" ")
+    with pytest.raises(ValueError, match="prompts must map names to strings"):
+        create_app(lm, tok, SPEC, chat=False, prompts={"q": None})
+    with pytest.raises(ValueError, match=r"Limits\.batch_texts must be a positive integer"):
+        Limits(batch_texts=0)
+    assert ApiError(400, "m", "c").body() == {
+        "error": {"message": "m", "type": "invalid_request_error", "param": None, "code": "c"}
+    }
+
+
+def test_importing_nosink_does_not_import_the_web_stack():
+    code = "import sys, nosink, nosink.cli, nosink.serve; print(sorted(m for m in ('fastapi', 'uvicorn') if m in sys.modules))"  # noqa: E501
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
+    import nosink.serve
+    from nosink.cli import main
+
+    lm, tok = tiny_chat_model()
+    lm.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    seen = {}
+    monkeypatch.setattr(nosink.serve, "run", lambda app, host, port: seen.update(app=app, host=host, port=port))
+    monkeypatch.setenv("NOSINK_API_KEY", "from-env")
+    args = ["serve", str(tmp_path / "m"), "--spec", SPEC, "--port", "8123", "--prompts", "query=what is\\n", "q2=a"]
+    assert main(args) == 0
+    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8123)
+    app = seen["app"]
+    assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
+    with ServerThread(app) as running:
+        status, got = _raw(running, "GET", "/v1/models", headers={"Authorization": "Bearer from-env"})
+        assert status == 200 and got["data"][0]["prompts"] == ["q2", "query"]
+        assert _raw(running, "GET", "/v1/models")[0] == 401
+
+
+def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
+    from nosink.cli import main
+
+    # Like every CLI failure: one line on stderr and a non-zero exit, before any model is loaded.
+    assert main(["serve", str(tmp_path), "--spec", SPEC, "--prompts", "noequals"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NAME=TEXT" in err[0] and "'noequals'" in err[0]
+
+
+# ---------------------------------------------------------------------------------------------- the real model
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(smollm2_path):
+    from nosink.serve import load_model
+
+    model, tok = load_model(smollm2_path, dtype="float32")
+    app = create_app(model, tok, "F* | M0B*10", name="smollm2", prompts={"sts": "Instruct: Retrieve semantically similar text.\nQuery: "})  # fmt: skip  # noqa: E501
+    with ServerThread(app) as running:
+        running.app = app
+        yield running
+
+
+def test_real_smollm2_serves_both_from_one_copy(smollm2_server):
+    server = smollm2_server
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0, timeout=300)
+    texts = ["A man is playing a guitar.", "Someone is strumming a guitar.", "The stock market fell sharply today."]
+    got = _vectors(client.embeddings.create(model="smollm2", input=texts, extra_body={"prompt_name": "sts"}))
+    want = _encode(server, texts, "Instruct: Retrieve semantically similar text.\nQuery: ")
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    assert got[0] @ got[1] > got[0] @ got[2]  # the paraphrase is the closer one
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    answer = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=12, temperature=0)
+    tok, lm = server.app.state.encoder.tokenizer, server.app.state.model
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False)
+    assert answer.choices[0].message.content == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert "Paris" in answer.choices[0].message.content
+    encoder = server.app.state.encoder
+    assert encoder.parts.embed_tokens.weight.data_ptr() == lm.lm_head.weight.data_ptr()  # tied, and shared
+    assert {p.data_ptr() for p in encoder.parameters()} <= {p.data_ptr() for p in lm.parameters()}
+
+
+def test_a_request_whose_client_went_away_is_forgotten():
+    import asyncio
+
+    from nosink.serve import _until_done
+
+    class Gone:  # what uvicorn's receive() says once the client has closed the connection
+        async def receive(self):
+            return {"type": "http.disconnect"}
+
+    forgotten = []
+
+    async def go():
+        never = asyncio.get_running_loop().create_future()
+        with pytest.raises(ApiError) as err:
+            await _until_done(Gone(), never, lambda: forgotten.append(True))
+        return err.value, never
+
+    err, never = asyncio.run(go())
+    assert forgotten == [True] and never.cancelled() and err.status == 499
+
+
+def test_load_model_loads_the_lm_once_or_says_how_to_serve_a_bare_decoder(tmp_path):
+    from nosink.serve import load_model
+
+    lm, tok = tiny_chat_model()
+    assert not lm.config.tie_word_embeddings  # a head of its own: a bare save lacks it
+    lm.save_pretrained(tmp_path / "chat")
+    lm.model.save_pretrained(tmp_path / "bare")
+    for folder in ("chat", "bare"):
+        tok.save_pretrained(tmp_path / folder)
+    model, tokenizer = load_model(tmp_path / "chat")
+    assert isinstance(model, tf.LlamaForCausalLM) and tokenizer.chat_template == TEMPLATE
+    torch.testing.assert_close(model.lm_head.weight, lm.lm_head.weight)
+    with pytest.raises(OSError, match=r"has no LM head .* --no-chat"):
+        load_model(tmp_path / "bare")
+    bare, _ = load_model(tmp_path / "bare", chat=False)
+    assert isinstance(bare, tf.LlamaModel)
+    with pytest.raises(OSError, match="no model folder"):
+        load_model(tmp_path / "missing")
+
+
+def _until(condition, what):
+    deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
+    worker = server.app.state.worker
+    release, held = threading.Event(), []
+
+    def hold(texts, instruction):  # the first batch keeps the worker busy until released
+        held.append(texts)
+        release.wait(120)
+        return type(worker)._encode(worker, texts, instruction)
+
+    worker._encode = hold
+    try:
+        first = []
+        busy = threading.Thread(target=lambda: first.append(client.embeddings.create(model="tiny", input="the cat")))
+        busy.start()
+        _until(lambda: held, "the first request to reach the worker")
+        del worker._encode
+        before = dict(worker.stats)
+        conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+        conn.request(
+            "POST",
+            "/v1/embeddings",
+            json.dumps({**OK_EMBED, "input": ["a dog ran"]}),
+            {"Authorization": f"Bearer {KEY}"},
+        )
+        jobs = lambda: [j for j in list(worker.inbox.queue) if isinstance(j, _EmbedJob)]  # noqa: E731
+        _until(jobs, "the second request to wait for the worker")
+        conn.sock.shutdown(2)
+        conn.close()
+        _until(lambda: jobs()[0].cancelled, "the server to notice the disconnect")
+    finally:
+        release.set()
+    busy.join()
+    _until(lambda: worker.stats["dropped"] == before["dropped"] + 1, "the worker to drop the request")
+    # only "the cat" (held at the snapshot, counted once released) was encoded; "a dog ran" never was
+    assert worker.stats["embedded_texts"] == before["embedded_texts"] + 1
+    np.testing.assert_allclose(_vectors(first[0]), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
