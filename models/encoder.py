@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from nosink.layerspec import Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.masks import relative_positions
 
+from .attention import Layout, Route, fast_route
 from .families import DecoderParts
 from .pooling import POOLINGS, Pooling, pool
 
@@ -84,6 +85,7 @@ class _Batch:
     position_ids: torch.Tensor  # (B, T), from each row's first real token
     context: Any  # rotary cos/sin, per family
     masks: dict[tuple[Kind, int | None], torch.Tensor]
+    layout: Layout | None = None  # where the real tokens lie, for the fast attention path
 
 
 @dataclass
@@ -119,6 +121,11 @@ class EncoderFromDecoder(nn.Module):
             attention sink is a special token rather than the first word; ``"none"`` adds
             nothing (the first instruction or text token becomes the sink); any other string
             is a token to put first. The added token is never pooled.
+        fast_attention: run each layer on the attention kernel of its kind (``models/attention.py``)
+            instead of SDPA with a dense ``(B, 1, T, T)`` mask, wherever that is exact (SDPA backend,
+            eval mode, no sliding window shorter than the batch). Same results to rounding.
+            ``None`` (default): on CUDA only (on CPU it measured no faster); ``True``: on every
+            device; ``False``: the dense mask everywhere. Also the attribute ``encoder.fast_attention``.
 
     Raises:
         SpecError: if the spec is malformed or does not fit the decoder's depth.
@@ -132,6 +139,7 @@ class EncoderFromDecoder(nn.Module):
         tokenizer: Any = None,
         *,
         sink_token: str = "auto",
+        fast_attention: bool | None = None,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -142,6 +150,7 @@ class EncoderFromDecoder(nn.Module):
         self.plan = self.spec.resolve(self.parts.depth)
         self.tokenizer = tokenizer
         self.sink_token = sink_token
+        self.fast_attention = fast_attention
         self.eval()
 
     @property
@@ -389,6 +398,16 @@ class EncoderFromDecoder(nn.Module):
             batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if eager else mask
         return batch.masks[key]
 
+    def _route(self, key: tuple[Kind, int | None], batch: _Batch) -> Route | None:
+        # The fast path where it is exact; None sends the layer to the dense mask.
+        if self.fast_attention is False or self.training or not self.parts.fast_attention_applies:
+            return None
+        if self.fast_attention is None and batch.hidden.device.type != "cuda":
+            return None
+        if batch.layout is None:
+            batch.layout = Layout(batch.attention_mask)
+        return fast_route(key[0], key[1], batch.layout)
+
     def _run(
         self,
         plan: Plan,
@@ -400,9 +419,11 @@ class EncoderFromDecoder(nn.Module):
     ) -> dict[str, torch.Tensor]:
         for step in plan.steps[start:stop]:
             if isinstance(step, LayerStep):
-                mask = self._mask(self._mask_key(step), batch)
+                key = self._mask_key(step)
+                route = self._route(key, batch)
+                mask = None if route is not None else self._mask(key, batch)
                 streams[step.stream] = self.parts.call_layer(
-                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids
+                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids, route
                 )
                 if history is not None and step.stream == "main":
                     history.append(streams["main"])

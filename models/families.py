@@ -8,6 +8,13 @@ norm. A family is a row of data (where the parts live, how positions enter), not
 Tested against transformers 5.24 (layers are called as
 ``layer(hidden, attention_mask=..., position_embeddings=..., position_ids=...)``, with
 ``cache`` left unset).
+
+The fast attention path (``models/attention.py``) enters transformers here and only here: one
+function registered in transformers' attention registry (``AttentionInterface``) under
+:data:`FAST_ATTENTION`. A layer called with a route runs with that implementation for the call;
+the route reaches the function as the keyword argument ``nosink_route``, which the decoder layer
+and its attention module pass on untouched (``**kwargs``), so the decoder's own projections, RoPE
+and output run as usual and only the kernel changes.
 """
 
 from __future__ import annotations
@@ -19,9 +26,14 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from .attention import Route
 
 __all__ = [
     "FAMILIES",
+    "FAST_ATTENTION",
     "SUPPORTED_ATTENTION",
     "DecoderParts",
     "Family",
@@ -33,6 +45,32 @@ __all__ = [
 
 # Backends that accept an arbitrary (batch, 1, q, k) mask. flash-attention only knows causal or not.
 SUPPORTED_ATTENTION = ("eager", "sdpa")
+
+
+# The name of nosink's attention function in transformers' registry (see the module docstring).
+FAST_ATTENTION = "nosink_fast"
+
+
+def _fast_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    nosink_route: Route | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    # Without a route (a layer given a dense mask) this is transformers' own SDPA function.
+    if nosink_route is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if dropout:
+        raise ValueError("the fast attention path runs without dropout: call encoder.eval() first")
+    return nosink_route.attend(query, key, value, scaling), None
+
+
+AttentionInterface.register(FAST_ATTENTION, _fast_attention_forward)
 
 
 class UnsupportedModelError(ValueError):
@@ -179,14 +217,48 @@ class DecoderParts:
         return None
 
     def call_layer(
-        self, index: int, hidden: torch.Tensor, mask: torch.Tensor, context: Any, position_ids: torch.Tensor
+        self,
+        index: int,
+        hidden: torch.Tensor,
+        mask: torch.Tensor | None,
+        context: Any,
+        position_ids: torch.Tensor,
+        route: Route | None = None,
     ) -> torch.Tensor:
-        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``."""
+        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``, or along a fast ``route``.
+
+        Raises:
+            ValueError: if neither a mask nor a route is given (``None`` would mean causal to transformers).
+        """
+        if mask is None and route is None:
+            raise ValueError(f"layer {index} needs an explicit mask or a fast-attention route")
         layer = self.layers[index]
-        if self.family.positions == "learned":
-            out = layer(hidden, attention_mask=mask, use_cache=False)
-        else:
-            if self.family.positions == "rotary_per_layer_type":
-                context = context[self.layer_types[index]]  # type: ignore[index]
-            out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids)
+        kwargs: dict[str, Any] = {} if route is None else {"nosink_route": route}
+        with self._attention(FAST_ATTENTION if route is not None else None):
+            if self.family.positions == "learned":
+                out = layer(hidden, attention_mask=mask, use_cache=False, **kwargs)
+            else:
+                if self.family.positions == "rotary_per_layer_type":
+                    context = context[self.layer_types[index]]  # type: ignore[index]
+                out = layer(
+                    hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids, **kwargs
+                )
         return out[0] if isinstance(out, tuple) else out
+
+    @property
+    def fast_attention_applies(self) -> bool:
+        """Whether layers may run on the fast path: it replaces SDPA (eager stays the path with weights)."""
+        return self.attn_implementation == "sdpa"
+
+    @contextmanager
+    def _attention(self, implementation: str | None) -> Iterator[None]:
+        # The attention modules read the implementation from the shared config at each call.
+        if implementation is None:
+            yield
+            return
+        before = self.config._attn_implementation
+        self.config._attn_implementation = implementation
+        try:
+            yield
+        finally:
+            self.config._attn_implementation = before
