@@ -25,6 +25,7 @@ attends only itself in the reference, so its output is its own value, set at the
 from __future__ import annotations
 
 import inspect
+import logging
 from functools import cache
 from typing import Any
 
@@ -34,6 +35,8 @@ import torch.nn.functional as F
 from nosink.layerspec import Kind
 
 __all__ = ["Layout", "Route", "attend", "fast_route"]
+
+logger = logging.getLogger(__name__)
 
 # Below this share of the sequence, the head queries of M<n>B use a small (n+1, T) mask; above it,
 # the R route over the whole sequence (one causal kernel) is cheaper than a masked kernel.
@@ -217,7 +220,11 @@ def _full(
     if not layout.padded:
         return F.scaled_dot_product_attention(query, key, value, scale=scale, enable_gqa=gqa)
     if query.is_cuda and not keys_only and _varlen() is not None:
-        return _full_varlen(query, key, value, layout, start, scale)
+        try:
+            return _full_varlen(query, key, value, layout, start, scale)
+        except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
+            logger.warning("variable-length attention failed (%s); using a key-padding mask from now on", err)
+            _VARLEN_BROKEN.append(err)
     kpos = torch.arange(key.shape[2], device=key.device)
     mask = (kpos[None, :] < (layout.lengths - start)[:, None])[:, None, None]  # (B, 1, 1, Tk)
     return _masked(query, key, value, mask, scale)
@@ -265,8 +272,15 @@ def _full_varlen(
     return out.view(b, t, h, -1).transpose(1, 2)
 
 
-@cache
+_VARLEN_BROKEN: list[Exception] = []
+
+
 def _varlen() -> tuple[Any, frozenset[str]] | None:
+    return None if _VARLEN_BROKEN else _varlen_function()
+
+
+@cache
+def _varlen_function() -> tuple[Any, frozenset[str]] | None:
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
