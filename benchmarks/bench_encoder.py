@@ -118,11 +118,13 @@ def fast_vs_dense(args: argparse.Namespace) -> None:
         f"random weights; median of {args.repeats} passes over {args.batches} batches after one warm-up pass.",
         "Ratios are throughput in real tokens/s over the stock `AutoModel` forward on the same batches in the same "
         "process (>1 is faster). `rel diff` = max over real tokens of |fast - dense| / |dense| (L2 per token) "
-        "on the last hidden state. `fast layers` = layers that ran on a fast route / all layer steps.",
+        "on the last hidden state; for `F*` also `vs stock`: the same measure of dense and of fast against the "
+        "stock forward (bf16 kernels round differently; this is the scale of that rounding). "
+        "`fast layers` = layers that ran on a fast route / all layer steps.",
         "",
         "| arch | shape | padding | spec | stock tok/s | dense / stock | fast / stock | fast / dense "
-        "| peak MiB stock / dense / fast | rel diff | fast layers |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak MiB stock / dense / fast | rel diff | vs stock: dense / fast | fast layers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for arch in args.archs:
@@ -176,20 +178,86 @@ def _fast_vs_dense_arch(arch: str, args: argparse.Namespace, dtype: torch.dtype)
                 finally:
                     attention.attend = original
                 keep = mask.bool()
-                rel = ((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-6))[keep].max().item()
+
+                def rel_diff(x, y, keep=keep):
+                    return ((x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-6))[keep].max().item()
+
+                rel = rel_diff(a, b)
+                to_stock = "-"
+                if spec == "F*":
+                    with torch.inference_mode():
+                        ref = stock(ids, mask).float()
+                    to_stock = f"{rel_diff(b, ref):.1e} / {rel_diff(a, ref):.1e}"
                 nan = " NaN!" if torch.isnan(a).any() else ""
                 pad = "none" if not padding else f"{padding:.0%}"
                 shown = label.replace("|", "\\|")  # a pipe inside a markdown table cell
                 row = (
                     f"| {arch} | {seq}x{batch} | {pad} | `{shown}` | {real / base:,.0f} | {base / t_dense:.2f} "
                     f"| {base / t_fast:.2f} | {t_dense / t_fast:.2f} | {base_peak / mib:,.0f} / "
-                    f"{peak_dense / mib:,.0f} / {peak_fast / mib:,.0f} | {rel:.1e}{nan} "
+                    f"{peak_dense / mib:,.0f} / {peak_fast / mib:,.0f} | {rel:.1e}{nan} | {to_stock} "
                     f"| {sum(routes.values())}/{len(fast.plan.layer_steps)} |"
                 )
                 lines.append(row)
                 print(row, flush=True)
                 del fast, dense
     return lines
+
+
+def kernels(args: argparse.Namespace) -> None:
+    """Attention alone, per route, against SDPA with the dense mask (what the dense path runs)."""
+    import torch.nn.functional as F
+
+    import nosink.models.attention as attention
+    from nosink.layerspec import Kind, build_mask
+
+    dtype, device = getattr(torch, args.dtype), args.device
+    card = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    print(f"\nAttention kernels alone on {card}, {args.dtype}, ms (median of 20)")
+    print("| heads (q/kv, dim) | seq x batch | padding | kind | fast route | dense mask | dense / fast |")
+    print("|---|---|---|---|---|---|---|")
+
+    def masked(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    def clock(fn, *fn_args) -> float:
+        fn(*fn_args)
+        times = []
+        for _ in range(20):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn(*fn_args)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    for heads, kv, dim in [(32, 8, 128), (14, 2, 64)]:
+        for shape in args.shapes:
+            seq, batch = (int(x) for x in shape.split("x"))
+            q = torch.randn(batch, heads, seq, dim, dtype=dtype, device=device)
+            k, v = (torch.randn(batch, kv, seq, dim, dtype=dtype, device=device) for _ in range(2))
+            for padding in args.paddings:
+                mask = batches(1, batch, seq, 100, device, padding=padding)[0][1]
+                layout = attention.Layout(mask)
+                for kind in [Kind("F"), Kind("B"), Kind("R"), Kind("F", 0), Kind("B", 0)]:
+                    route = attention.Route(kind, layout)
+                    dense = build_mask(kind, mask)
+                    kr, vr = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
+                    t_fast = clock(attention.attend, q, k, v, route)
+                    t_dense = clock(masked, q, kr, vr, dense)
+                    pad = "none" if not padding else f"{padding:.0%}"
+                    print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {pad} | {kind} | {t_fast:.2f} | {t_dense:.2f} "
+                          f"| {t_dense / t_fast:.2f} |", flush=True)  # fmt: skip
+                if padding:
+                    found = attention._varlen_function
+                    attention._varlen_function = lambda: None
+                    try:
+                        t_mask = clock(attention.attend, q, k, v, attention.Route(Kind("B"), layout))
+                    finally:
+                        attention._varlen_function = found
+                    print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {padding:.0%} | B, key-padding mask instead of "
+                          f"varlen | {t_mask:.2f} | | |", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -208,10 +276,14 @@ def main() -> None:
     p.add_argument("--shapes", nargs="*", default=["512x32", "2048x8", "8192x2"], help="SEQxBATCH")
     p.add_argument("--paddings", nargs="*", type=float, default=[0.0, 0.3], help="share of padding tokens")
     p.add_argument("--markdown", default=None, help="also write the --fast-vs-dense table to this file")
+    p.add_argument("--kernels", action="store_true", help="time the attention routes alone (with --fast-vs-dense)")
     args = p.parse_args()
     args.spec_pairs = [(s, s) for s in args.specs] if args.specs != SPECS else None
+    if args.kernels:
+        kernels(args)
     if args.fast_vs_dense:
         fast_vs_dense(args)
+    if args.kernels or args.fast_vs_dense:
         return
 
     dtype = getattr(torch, args.dtype)

@@ -219,7 +219,7 @@ def _full(
     gqa = query.shape[1] != key.shape[1]
     if not layout.padded:
         return F.scaled_dot_product_attention(query, key, value, scale=scale, enable_gqa=gqa)
-    if query.is_cuda and not keys_only and _varlen() is not None:
+    if query.is_cuda and query.dtype in _VARLEN_DTYPES and not keys_only and _varlen() is not None:
         try:
             return _full_varlen(query, key, value, layout, start, scale)
         except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
@@ -273,6 +273,7 @@ def _full_varlen(
 
 
 _VARLEN_BROKEN: list[Exception] = []
+_VARLEN_DTYPES = (torch.float16, torch.bfloat16)  # the flash kernel behind varlen_attn takes these only
 
 
 def _varlen() -> tuple[Any, frozenset[str]] | None:
