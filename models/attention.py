@@ -69,15 +69,33 @@ class Layout:
         self._cache: dict[Any, Any] = {}
 
     def packing(self, reverse: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(gather, scatter)`` indices ``(B, T)`` to the packed layout and back; ``None`` for identity."""
+        """``(gather, scatter)`` row indices into ``(B * T)`` to the packed layout and back; ``None`` for identity."""
         if not reverse and self.front:
             return None
         name = ("packing", reverse)
         if name not in self._cache:
             key = self._reverse_key if reverse else self._forward_key
             gather = torch.empty_like(key).scatter_(1, key, torch.arange(self.seq, device=key.device).expand_as(key))
-            self._cache[name] = (gather, key)
+            self._cache[name] = (self._flat(gather), self._flat(key))
         return self._cache[name]
+
+    def reversal(self) -> torch.Tensor:
+        """Row indices into ``(B * T)`` reversing each row's leading real tokens (its own inverse)."""
+        if "reversal" not in self._cache:
+            pos = torch.arange(self.seq, device=self.real.device)[None, :]
+            lengths = self.lengths[:, None]
+            self._cache["reversal"] = self._flat(torch.where(pos < lengths, lengths - 1 - pos, pos))
+        return self._cache["reversal"]
+
+    def padding_rows(self) -> torch.Tensor:
+        """Row indices into ``(B * T)`` of the padding tokens (in the batch's own layout)."""
+        if "padding" not in self._cache:
+            self._cache["padding"] = (~self.real).flatten().nonzero().squeeze(-1)
+        return self._cache["padding"]
+
+    def _flat(self, index: torch.Tensor) -> torch.Tensor:
+        # (B, T) positions within rows -> rows of the flattened (B * T) batch
+        return (index + torch.arange(index.shape[0], device=index.device)[:, None] * self.seq).flatten()
 
     def varlen(self, start: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """For the packed positions ``start..``: flat indices of real tokens, ``cu_seqlens``, max length."""
@@ -130,40 +148,70 @@ def attend(
     Equal (to rounding) to SDPA with ``build_mask(route.kind, attention_mask)``, for any padding.
 
     Returns:
-        ``(B, T, H, D)``, contiguous.
+        ``(B, T, H, Dv)``, contiguous (what transformers' attention functions return).
 
     Raises:
         ValueError: if the heads of ``query`` are not a multiple of those of ``key``.
     """
     if query.shape[1] % key.shape[1]:
         raise ValueError(f"{query.shape[1]} query heads are not a multiple of {key.shape[1]} key heads")
+    b, heads, seq, _ = query.shape
+    dv = value.shape[-1]
     layout, kind = route.layout, route.kind
     own_value = value
     reverse = kind.direction == "R"
     packing = layout.packing(reverse) if layout.padded else None
     if packing is not None:
-        query, key, value = (_take(x, packing[0]) for x in (query, key, value))
+        query, key, value = (_rows(x, packing[0]) for x in (query, key, value))
     elif reverse:
         query, key, value = query.flip(2), key.flip(2), value.flip(2)
 
-    if kind.direction in "FR" and kind.sink is None:
-        out = _causal(query, key, value, scale)
-    elif kind.direction == "F":
-        head = min(kind.sink + 1, query.shape[2])  # these queries attend only themselves
-        tail = _causal(query[:, :, head:], key[:, :, head:], value[:, :, head:], scale)
-        out = torch.cat([_repeat(value[:, :, :head], query.shape[1]), tail], dim=2)
-    elif kind.sink is None:
-        out = _full(query, key, value, layout, 0, scale)
-    else:
-        out = _no_sink_bidirectional(query, key, value, layout, kind.sink + 1, scale)
-
+    out = _route(kind, query, key, value, layout, scale).transpose(1, 2)  # (B, T, H, Dv)
     if packing is not None:
-        out = _take(out, packing[1])
-    elif reverse:
-        out = out.flip(2)
+        out = out.reshape(b * seq, heads, dv).index_select(0, packing[1])
+    else:
+        out = (out.flip(1) if reverse else out).reshape(b * seq, heads, dv)
     if layout.padded:
-        out = _own_value_on_padding(out, own_value, layout.real)
-    return out.transpose(1, 2).contiguous()
+        # A padding query attends only itself in the reference mask: its output is its own value.
+        rows = layout.padding_rows()
+        own = _rows_of(own_value).index_select(0, rows)  # (Npad, Hkv, Dv)
+        out.index_copy_(0, rows, own.repeat_interleave(heads // own.shape[1], dim=1))  # out is our own tensor
+    return out.view(b, seq, heads, dv)
+
+
+def _route(
+    kind: Kind, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout, scale: float | None
+) -> torch.Tensor:
+    # In the packed layout: each row's real tokens first (reversed for R). Returns (B, H, T, Dv).
+    if kind.sink is None and kind.direction in "FR":
+        return _causal(query, key, value, scale)
+    if kind.sink is None:
+        return _full(query, key, value, layout, 0, scale)
+    if kind.direction == "B":
+        return _no_sink_bidirectional(query, key, value, layout, kind.sink + 1, scale)
+    head = min(kind.sink + 1, query.shape[2])  # these queries attend only themselves
+    out = _buffer(query, value)
+    out[:, :head] = _repeat(value[:, :, :head], query.shape[1]).transpose(1, 2)
+    out[:, head:] = _causal(query[:, :, head:], key[:, :, head:], value[:, :, head:], scale).transpose(1, 2)
+    return out.transpose(1, 2)
+
+
+def _buffer(query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """An output ``(B, T, H, Dv)`` to fill in parts (the layout attention functions return)."""
+    b, h, t, _ = query.shape
+    return query.new_empty(b, t, h, value.shape[-1])
+
+
+def _rows_of(x: torch.Tensor) -> torch.Tensor:
+    """``(B, H, T, D) -> (B * T, H, D)``, one row per token: free for the layout the projections give."""
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b * t, h, d)
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The tokens of ``x (B, H, T, D)`` reordered by row indices into ``(B * T)``; a ``(B, H, T, D)`` view."""
+    b, h, t, d = x.shape
+    return _rows_of(x).index_select(0, index).view(b, t, h, d).transpose(1, 2)
 
 
 def _no_sink_bidirectional(
@@ -172,10 +220,21 @@ def _no_sink_bidirectional(
     # Packed layout. Queries >= head attend keys >= head; queries < head attend every key after them.
     seq = query.shape[2]
     head = min(head, seq)
-    tail = _full(query[:, :, head:], key[:, :, head:], value[:, :, head:], layout, head, scale)
+    small = head < _SMALL_HEAD * seq
+    if small and not layout.padded:
+        # Every query over keys head..; the few head rows are replaced below (no slice of the queries).
+        gqa = query.shape[1] != key.shape[1]
+        rest = F.scaled_dot_product_attention(query, key[:, :, head:], value[:, :, head:], scale=scale, enable_gqa=gqa)
+        out = rest.transpose(1, 2)
+        if not out.is_contiguous():
+            out = out.contiguous()
+    else:
+        out = _buffer(query, value)
+        tail = _full(query[:, :, head:], key[:, :, head:], value[:, :, head:], layout, head, scale)
+        out[:, head:] = tail.transpose(1, 2)
     if head == 1:
         first = _full(query[:, :, :1], key, value, layout, 0, scale, keys_only=True)
-    elif head < _SMALL_HEAD * seq:
+    elif small:
         qpos = torch.arange(head, device=query.device)[:, None]
         kpos = torch.arange(seq, device=query.device)[None, :]
         mask = (kpos >= qpos)[None, None]  # (1, 1, head, T)
@@ -183,22 +242,12 @@ def _no_sink_bidirectional(
             mask = mask & (kpos < layout.lengths[:, None])[:, None, None]  # (B, 1, head, T)
         first = _masked(query[:, :, :head], key, value, mask, scale)
     else:
-        flipped = _reversed_rows(layout, query, key, value)
-        first = _reversed_rows(layout, _causal(*flipped, scale))[:, :, :head]
-    return torch.cat([first, tail], dim=2)
-
-
-def _reversed_rows(layout: Layout, *xs: torch.Tensor) -> Any:
-    # Within the packed layout, reverse each row's real tokens (padding stays behind them).
-    if not layout.padded:
-        out = tuple(x.flip(2) for x in xs)
-    else:
-        seq = xs[0].shape[2]
-        pos = torch.arange(seq, device=xs[0].device)[None, :]
-        lengths = layout.lengths[:, None]
-        index = torch.where(pos < lengths, lengths - 1 - pos, pos)  # an involution: its own inverse
-        out = tuple(_take(x, index) for x in xs)
-    return out if len(out) > 1 else out[0]
+        flip = layout.reversal() if layout.padded else None
+        flipped = [x.flip(2) if flip is None else _rows(x, flip) for x in (query, key, value)]
+        both = _causal(*flipped, scale)
+        first = (both.flip(2) if flip is None else _rows(both, flip))[:, :, :head]
+    out[:, :head] = first.transpose(1, 2)
+    return out.transpose(1, 2)
 
 
 def _causal(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None) -> torch.Tensor:
@@ -289,20 +338,7 @@ def _varlen_function() -> tuple[Any, frozenset[str]] | None:
     return varlen_attn, frozenset(inspect.signature(varlen_attn).parameters)
 
 
-def _take(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Reorder ``x (B, H, T, D)`` along T by ``index (B, T)``."""
-    return torch.take_along_dim(x, index[:, None, :, None], dim=2)
-
-
 def _repeat(value: torch.Tensor, heads: int) -> torch.Tensor:
     """Key heads ``(B, Hkv, T, D)`` to query heads ``(B, H, T, D)``, head h reading key head h // (H/Hkv)."""
     groups = heads // value.shape[1]
     return value if groups == 1 else value.repeat_interleave(groups, dim=1)
-
-
-def _own_value_on_padding(out: torch.Tensor, value: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    # A padding query attends only itself in the reference mask: its output is its own value.
-    b, h, t, d = out.shape
-    kv = value.shape[1]
-    grouped = out.view(b, kv, h // kv, t, d)
-    return torch.where(real[:, None, None, :, None], grouped, value[:, :, None]).view(b, h, t, d)
