@@ -55,7 +55,8 @@ class Layout:
         self.real = real
         self.lengths = real.sum(-1)  # (B,)
         self.seq = real.shape[-1]
-        shortest, longest = torch.stack([self.lengths.min(), self.lengths.max()]).tolist()  # one host sync
+        bounds = torch.stack([self.lengths.min(), self.lengths.max()]) if real.numel() else None
+        shortest, longest = bounds.tolist() if bounds is not None else (self.seq, self.seq)  # one host sync
         self.max_length: int = longest
         self.padded = shortest < self.seq
         pos = real.long().cumsum(-1) - 1  # (B, T), relative positions of real tokens
