@@ -7,6 +7,13 @@ Random weights at a real architecture's size (speed does not depend on weight va
 
 Every spec runs on the same padded batches as the stock ``AutoModel`` forward; the table prints
 throughput as a ratio to the stock forward, peak memory (CUDA) and parameter memory.
+
+``--fast-vs-dense`` runs the fast attention path against the dense-mask path (and stock) over several
+architectures, shapes and paddings in one process, and writes a markdown table (the GPU table of the
+README comes from it; one command, about 3 minutes on one H100):
+
+    python benchmarks/bench_encoder.py --fast-vs-dense --device cuda --dtype bfloat16 \
+        --archs llama3-8b-8l qwen2.5-0.5b --shapes 512x32 2048x8 8192x2 --markdown results.md
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections import Counter
 
 import torch
 import transformers as tf
@@ -36,6 +44,16 @@ ARCHS = {
         vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
         num_key_value_heads=2, max_position_embeddings=32768,
     ),
+    # Llama-3-8B's shape, cut to its first 8 layers (the attention and MLP shapes are the model's)
+    "llama3-8b-8l": lambda: tf.LlamaConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=8, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0,
+    ),
+    # Qwen2.5-0.5B's shape, all 24 layers (the same as qwen2-0.5b, under the name the issue uses)
+    "qwen2.5-0.5b": lambda: tf.Qwen2Config(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, max_position_embeddings=32768,
+    ),
 }  # fmt: skip
 
 SPECS = ["F*", "F* | B*8", "F* | M0B*8", "F* | B*4 | M0B*4", "F* | INTER(R*4)", "F* | EXTEND(B*2)"]
@@ -45,13 +63,15 @@ def param_bytes(module: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in {p.data_ptr(): p for p in module.parameters()}.values())
 
 
-def batches(n: int, batch: int, seq: int, vocab: int, device: str, seed: int = 0) -> list:
-    """Right-padded batches with lengths spread between seq/4 and seq."""
+def batches(n: int, batch: int, seq: int, vocab: int, device: str, seed: int = 0, padding: float | None = None) -> list:
+    """Right-padded batches with lengths spread between seq/4 and seq; or, given ``padding``, between
+    seq * (1 - 2 * padding) and seq (that share of the tokens is padding on average; 0: every token real)."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         ids = torch.randint(5, vocab, (batch, seq), generator=g)
-        lengths = torch.randint(seq // 4, seq + 1, (batch,), generator=g)
+        shortest = seq // 4 if padding is None else max(1, round(seq * (1 - 2 * padding)))
+        lengths = torch.randint(shortest, seq + 1, (batch,), generator=g)
         mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
         out.append((ids.to(device), mask.to(device)))
     return out
@@ -77,6 +97,171 @@ def timed(fn, data, device: str, repeats: int) -> tuple[float, int]:
     return statistics.median(times), peak
 
 
+def default_specs(depth: int) -> list[tuple[str, str]]:
+    """The issue's specs for a model of ``depth`` layers: (label, spec), with k = depth / 2."""
+    k = depth // 2
+    return [
+        ("F*", "F*"),
+        (f"F* | M0B*{k}", f"F* | M0B*{k}"),
+        (f"F* | R*{k}", f"F* | R*{k}"),
+        (f"MASK0&BIDIR k={k}", f"F* | B*{k - k // 2} | M0B*{k // 2}"),
+    ]
+
+
+def fast_vs_dense(args: argparse.Namespace) -> None:
+    """The fast attention path against the dense-mask path and stock, per architecture, shape and padding."""
+    dtype = getattr(torch, args.dtype)
+    cuda = args.device.startswith("cuda")
+    card = torch.cuda.get_device_name() if cuda else "cpu"
+    lines = [
+        f"Card: {card}; torch {torch.__version__}, transformers {tf.__version__}, {args.dtype}, sdpa; "
+        f"random weights; median of {args.repeats} passes over {args.batches} batches after one warm-up pass.",
+        "Ratios are throughput in real tokens/s over the stock `AutoModel` forward on the same batches in the same "
+        "process (>1 is faster). `rel diff` = max over real tokens of |fast - dense| / |dense| (L2 per token) "
+        "on the last hidden state; for `F*` also `vs stock`: the same measure of dense and of fast against the "
+        "stock forward (bf16 kernels round differently; this is the scale of that rounding). "
+        "`fast layers` = layers that ran on a fast route / all layer steps.",
+        "",
+        "| arch | shape | padding | spec | stock tok/s | dense / stock | fast / stock | fast / dense "
+        "| peak MiB stock / dense / fast | rel diff | vs stock: dense / fast | fast layers |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    for arch in args.archs:
+        lines += _fast_vs_dense_arch(arch, args, dtype)
+        if cuda:
+            torch.cuda.empty_cache()
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def _fast_vs_dense_arch(arch: str, args: argparse.Namespace, dtype: torch.dtype) -> list[str]:
+    import nosink.models.attention as attention
+
+    mib = 2**20
+    lines = []
+    torch.manual_seed(0)
+    config = ARCHS[arch]()
+    with torch.device(args.device):  # random init on the device: an 8B-shaped model is slow to fill on CPU
+        model = tf.AutoModel.from_config(config, dtype=dtype, attn_implementation="sdpa").eval()
+    for shape in args.shapes:
+        seq, batch = (int(x) for x in shape.split("x"))
+        for padding in args.paddings:
+            data = batches(args.batches, batch, seq, config.vocab_size, args.device, padding=padding)
+            real = sum(int(mask.sum()) for _, mask in data)
+
+            def stock(ids, mask):
+                return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+            base, base_peak = timed(stock, data, args.device, args.repeats)
+            for label, spec in args.spec_pairs or default_specs(config.num_hidden_layers):
+                fast = EncoderFromDecoder(model, spec, fast_attention=True)
+                dense = EncoderFromDecoder(model, spec, fast_attention=False)
+                t_dense, peak_dense = timed(lambda i, m, e=dense: e(i, m).last_hidden_state, data, args.device,
+                                            args.repeats)  # fmt: skip
+                t_fast, peak_fast = timed(lambda i, m, e=fast: e(i, m).last_hidden_state, data, args.device,
+                                          args.repeats)  # fmt: skip
+                ids, mask = data[0]
+                routes: Counter = Counter()
+                original = attention.attend
+
+                def counting(q, k, v, route, scale=None, original=original, routes=routes):
+                    routes[str(route.kind)] += 1
+                    return original(q, k, v, route, scale)
+
+                attention.attend = counting
+                try:
+                    with torch.inference_mode():
+                        a = fast(ids, mask).last_hidden_state.float()
+                        b = dense(ids, mask).last_hidden_state.float()
+                finally:
+                    attention.attend = original
+                keep = mask.bool()
+
+                def rel_diff(x, y, keep=keep):
+                    return ((x - y).norm(dim=-1) / y.norm(dim=-1).clamp_min(1e-6))[keep].max().item()
+
+                rel = rel_diff(a, b)
+                to_stock = "-"
+                if spec == "F*":
+                    with torch.inference_mode():
+                        ref = stock(ids, mask).float()
+                    to_stock = f"{rel_diff(b, ref):.1e} / {rel_diff(a, ref):.1e}"
+                    del ref
+                nan = " NaN!" if torch.isnan(a).any() else ""
+                pad = "none" if not padding else f"{padding:.0%}"
+                shown = label.replace("|", "\\|")  # a pipe inside a markdown table cell
+                row = (
+                    f"| {arch} | {seq}x{batch} | {pad} | `{shown}` | {real / base:,.0f} | {base / t_dense:.2f} "
+                    f"| {base / t_fast:.2f} | {t_dense / t_fast:.2f} | {base_peak / mib:,.0f} / "
+                    f"{peak_dense / mib:,.0f} / {peak_fast / mib:,.0f} | {rel:.1e}{nan} | {to_stock} "
+                    f"| {sum(routes.values())}/{len(fast.plan.layer_steps)} |"
+                )
+                lines.append(row)
+                print(row, flush=True)
+                # The check's float32 copies would otherwise sit in memory through the next spec's peak.
+                del fast, dense, a, b
+    return lines
+
+
+def kernels(args: argparse.Namespace) -> None:
+    """Attention alone, per route, against SDPA with the dense mask (what the dense path runs)."""
+    import torch.nn.functional as F
+
+    import nosink.models.attention as attention
+    from nosink.layerspec import Kind, build_mask
+
+    dtype, device = getattr(torch, args.dtype), args.device
+    card = torch.cuda.get_device_name() if device.startswith("cuda") else "cpu"
+    print(f"\nAttention kernels alone on {card}, {args.dtype}, ms (median of 20)")
+    print("| heads (q/kv, dim) | seq x batch | padding | kind | fast route | dense mask | dense / fast |")
+    print("|---|---|---|---|---|---|---|")
+
+    def masked(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    def clock(fn, *fn_args) -> float:
+        fn(*fn_args)
+        times = []
+        for _ in range(20):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn(*fn_args)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    for heads, kv, dim in [(32, 8, 128), (14, 2, 64)]:
+        for shape in args.shapes:
+            seq, batch = (int(x) for x in shape.split("x"))
+            q = torch.randn(batch, heads, seq, dim, dtype=dtype, device=device)
+            k, v = (torch.randn(batch, kv, seq, dim, dtype=dtype, device=device) for _ in range(2))
+            for padding in args.paddings:
+                mask = batches(1, batch, seq, 100, device, padding=padding)[0][1]
+                layout = attention.Layout(mask)
+                for kind in [Kind("F"), Kind("B"), Kind("R"), Kind("F", 0), Kind("B", 0)]:
+                    route = attention.Route(kind, layout)
+                    dense = build_mask(kind, mask)
+                    kr, vr = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
+                    t_fast = clock(attention.attend, q, k, v, route)
+                    t_dense = clock(masked, q, kr, vr, dense)
+                    pad = "none" if not padding else f"{padding:.0%}"
+                    print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {pad} | {kind} | {t_fast:.2f} | {t_dense:.2f} "
+                          f"| {t_dense / t_fast:.2f} |", flush=True)  # fmt: skip
+                if padding:
+                    found = attention._varlen_function
+                    attention._varlen_function = lambda: None
+                    try:
+                        t_mask = clock(attention.attend, q, k, v, attention.Route(Kind("B"), layout))
+                    finally:
+                        attention._varlen_function = found
+                    print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {padding:.0%} | B, key-padding mask instead of "
+                          f"varlen | {t_mask:.2f} | | |", flush=True)  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default="smollm2-135m", choices=sorted(ARCHS))
@@ -88,7 +273,20 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--specs", nargs="*", default=SPECS)
+    p.add_argument("--fast-vs-dense", action="store_true", help="fast attention path vs dense masks vs stock")
+    p.add_argument("--archs", nargs="*", default=["llama3-8b-8l", "qwen2.5-0.5b"], choices=sorted(ARCHS))
+    p.add_argument("--shapes", nargs="*", default=["512x32", "2048x8", "8192x2"], help="SEQxBATCH")
+    p.add_argument("--paddings", nargs="*", type=float, default=[0.0, 0.3], help="share of padding tokens")
+    p.add_argument("--markdown", default=None, help="also write the --fast-vs-dense table to this file")
+    p.add_argument("--kernels", action="store_true", help="time the attention routes alone (with --fast-vs-dense)")
     args = p.parse_args()
+    args.spec_pairs = [(s, s) for s in args.specs] if args.specs != SPECS else None
+    if args.kernels:
+        kernels(args)
+    if args.fast_vs_dense:
+        fast_vs_dense(args)
+    if args.kernels or args.fast_vs_dense:
+        return
 
     dtype = getattr(torch, args.dtype)
     torch.manual_seed(0)

@@ -19,6 +19,7 @@ from nosink.layerspec.checks import positive_int, printable
 from nosink.layerspec.masks import relative_positions
 
 from . import texts as _texts
+from .attention import Layout, Route, fast_route
 from .families import DecoderParts
 from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
@@ -94,6 +95,7 @@ class _Batch:
     context: Any  # rotary cos/sin, per family
     eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
     masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
+    layout: Layout | None = None  # where the real tokens lie, for the fast attention path
 
 
 @dataclass
@@ -129,6 +131,11 @@ class EncoderFromDecoder(nn.Module):
             attention sink is a special token rather than the first word; ``"none"`` adds
             nothing (the first instruction or text token becomes the sink); any other string
             is a token to put first. The added token is never pooled.
+        fast_attention: run each layer on the attention kernel of its kind (``models/attention.py``)
+            instead of SDPA with a dense ``(B, 1, T, T)`` mask, wherever that is exact (SDPA backend,
+            eval mode, no sliding window shorter than the batch). Same results to rounding.
+            ``None`` (default): on CUDA only (on CPU it measured no faster); ``True``: on every
+            device; ``False``: the dense mask everywhere. Also the attribute ``encoder.fast_attention``.
 
     Raises:
         SpecError: if the spec is malformed or does not fit the decoder's depth.
@@ -143,6 +150,7 @@ class EncoderFromDecoder(nn.Module):
         tokenizer: Any = None,
         *,
         sink_token: str = "auto",
+        fast_attention: bool | None = None,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -153,6 +161,9 @@ class EncoderFromDecoder(nn.Module):
         self.plan = self.spec.resolve(self.parts.depth, windows=self.parts.windows)
         self.tokenizer = tokenizer
         self.sink_token = check_sink_token(sink_token)
+        if fast_attention not in (None, True, False):
+            raise TypeError(f"fast_attention must be None, True or False, got {printable(repr(fast_attention))}")
+        self.fast_attention = fast_attention
         self.eval()
 
     @property
@@ -461,6 +472,16 @@ class EncoderFromDecoder(nn.Module):
             batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if batch.eager else mask
         return batch.masks[key]
 
+    def _route(self, step: LayerStep, batch: _Batch) -> Route | None:
+        # The fast path where it is exact; None sends the layer to the dense mask.
+        if self.fast_attention is False or self.training or batch.eager or not self.parts.fast_attention_applies:
+            return None
+        if self.fast_attention is None and batch.hidden.device.type != "cuda":
+            return None
+        if batch.layout is None:
+            batch.layout = Layout(batch.attention_mask)
+        return fast_route(step.kind, step.window, batch.layout)
+
     def _run(
         self,
         plan: Plan,
@@ -474,9 +495,10 @@ class EncoderFromDecoder(nn.Module):
         # The loop reads only the plan: which layer, which mask (kind and window), which stream.
         for step in plan.steps[start:stop]:
             if isinstance(step, LayerStep):
-                mask = self._mask(step, batch)
+                route = None if weights is not None else self._route(step, batch)
+                mask = None if route is not None else self._mask(step, batch)
                 streams[step.stream] = self.parts.call_layer(
-                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids, weights
+                    step.layer, streams[step.stream], mask, batch.context, batch.position_ids, route, weights
                 )
                 if history is not None and step.stream == MAIN:
                     history.append(streams[MAIN])

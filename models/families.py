@@ -8,6 +8,15 @@ norm. A family is a row of data (where the parts live, how positions enter), not
 Tested against transformers 5.24 (layers are called as
 ``layer(hidden, attention_mask=..., position_embeddings=..., position_ids=...)``, with
 ``cache`` left unset).
+
+The fast attention path (``models/attention.py``) enters transformers here and only here: one
+function registered in transformers' attention registry (``AttentionInterface``) under
+:data:`FAST_ATTENTION`. A layer called with a route runs through a private view of the layer whose
+attention module has its own config naming that implementation (the shared config never changes, so
+other threads and the stock model are unaffected); the route reaches the function as the keyword
+argument ``nosink_route``, which the decoder layer and its attention module pass on untouched
+(``**kwargs``), so the decoder's own projections, RoPE and output run as usual and only the kernel
+changes.
 """
 
 from __future__ import annotations
@@ -18,9 +27,14 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from .attention import Route
 
 __all__ = [
     "FAMILIES",
+    "FAST_ATTENTION",
     "SUPPORTED_ATTENTION",
     "DecoderParts",
     "Family",
@@ -33,6 +47,32 @@ __all__ = [
 
 # Backends that accept an arbitrary (batch, 1, q, k) mask. flash-attention only knows causal or not.
 SUPPORTED_ATTENTION = ("eager", "sdpa")
+
+
+# The name of nosink's attention function in transformers' registry (see the module docstring).
+FAST_ATTENTION = "nosink_fast"
+
+
+def _fast_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    nosink_route: Route | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    # Without a route (a layer given a dense mask) this is transformers' own SDPA function.
+    if nosink_route is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if dropout:
+        raise ValueError("the fast attention path runs without dropout: call encoder.eval() first")
+    return nosink_route.attend(query, key, value, scaling), None
+
+
+AttentionInterface.register(FAST_ATTENTION, _fast_attention_forward)
 
 
 class UnsupportedModelError(ValueError):
@@ -154,6 +194,7 @@ class DecoderParts:
             self.windows = tuple(window if t == "sliding_attention" else None for t in self.layer_types)
         else:
             self.windows = (window,) * self.depth
+        self._fast_views: dict[int, nn.Module] = {}  # layer index -> its view on the fast path, made once
 
     @property
     def attn_implementation(self) -> str:
@@ -185,44 +226,66 @@ class DecoderParts:
         self,
         index: int,
         hidden: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         context: Any,
         position_ids: torch.Tensor,
+        route: Route | None = None,
         weights: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``.
+        """Run decoder layer ``index`` on ``hidden`` with an explicit ``mask``, or along a fast ``route``.
 
-        With a ``weights`` list, the layer runs on transformers' eager attention (give it an additive
-        mask) and appends its attention weights ``(B, H, T, T)`` to the list. That call runs a private
-        view of the layer (see :meth:`_eager_view`): nothing that other callers of the layer see changes,
-        so other threads may run the model meanwhile.
+        With a ``route`` the layer's attention runs on the fast path (:mod:`nosink.models.attention`), with
+        no mask. With a ``weights`` list, the layer runs on transformers' eager attention (give it an
+        additive mask) and appends its attention weights ``(B, H, T, T)`` to the list. Both run a private
+        view of the layer (see :meth:`_view`): nothing that other callers of the layer see changes, so
+        other threads may run the model meanwhile.
+
+        Raises:
+            ValueError: if neither a mask nor a route is given (``None`` would mean causal to transformers).
         """
-        layer = self.layers[index] if weights is None else self._eager_view(index, weights)
+        if mask is None and route is None:
+            raise ValueError(f"layer {index} needs an explicit mask or a fast-attention route")
+        kwargs: dict[str, Any] = {}
+        if weights is not None:
+            layer = self._view(index, "eager", weights)
+        elif route is not None:
+            if index not in self._fast_views:
+                self._fast_views[index] = self._view(index, FAST_ATTENTION)
+            layer = self._fast_views[index]
+            kwargs["nosink_route"] = route
+        else:
+            layer = self.layers[index]
         if self.family.positions == "learned":
-            out = layer(hidden, attention_mask=mask, use_cache=False)
+            out = layer(hidden, attention_mask=mask, use_cache=False, **kwargs)
         else:
             if self.family.positions == "rotary_per_layer_type":
                 context = context[self.layer_types[index]]  # type: ignore[index]
-            out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids)
+            out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids, **kwargs)
         return out[0] if isinstance(out, tuple) else out
 
-    def _eager_view(self, index: int, weights: list[torch.Tensor]) -> nn.Module:
+    @property
+    def fast_attention_applies(self) -> bool:
+        """Whether layers may run on the fast path: it replaces SDPA (eager stays the path with weights)."""
+        return self.attn_implementation == "sdpa"
+
+    def _view(self, index: int, implementation: str, weights: list[torch.Tensor] | None = None) -> nn.Module:
         # transformers picks the attention function from the attention module's config on every call, and
         # the layer drops the weights it returns. A shallow copy of the layer with its own child table, holding
-        # a shallow copy of the attention module with its own eager config and a forward that keeps the
-        # weights, runs the very same parameter tensors without touching the shared modules or config.
+        # a shallow copy of the attention module with its own config (and, for weights, a forward that keeps
+        # them), runs the very same parameter tensors without touching the shared modules or config.
         layer = copy.copy(self.layers[index])
         layer._modules = dict(layer._modules)
         attention = copy.copy(layer._modules[self.family.attention])
         attention.config = copy.deepcopy(attention.config)  # deep: setting the backend recurses into sub-configs
-        attention.config._attn_implementation = "eager"
-        run = attention.forward
+        attention.config._attn_implementation = implementation
+        if weights is not None:
+            run = attention.forward
 
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            out = run(*args, **kwargs)
-            weights.append(out[1])
-            return out
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                out = run(*args, **kwargs)
+                weights.append(out[1])
+                return out
 
-        attention.forward = forward
+            attention.forward = forward
         layer._modules[self.family.attention] = attention
         return layer
