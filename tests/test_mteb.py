@@ -499,3 +499,23 @@ def test_foreign_model_summary_names_its_mteb_model(tmp_path):
     assert summary["model"] == "nosink/llama"
     renamed = run_mteb(NosinkMTEBEncoder(make_encoder(), SPEC, model_name="me/mine"), [], out_dir=tmp_path)
     assert renamed["model"] == "me/mine"
+
+
+def test_a_task_mteb_cannot_name_runs_through_nosinks_own_encoder(tmp_path, caplog):
+    # mteb's sentence-transformers wrapper drops prompts whose task name it does not know; run_mteb then
+    # takes NosinkMTEBEncoder, which reads the instruction from the task itself.
+    pytest.importorskip("sentence_transformers")
+    from nosink.evals.mteb_data import load_local_data
+
+    write_data(tmp_path / "data")
+    task = mteb.get_task("STSBenchmark")
+    assert load_local_data(task, tmp_path / "data") is not None
+    task.metadata = task.metadata.model_copy(update={"name": "MySTS"})
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        summary = run_mteb(make_encoder(), [task], out_dir=tmp_path / "out")
+    assert "NosinkMTEBEncoder (a task name mteb does not know)" in caplog.text
+    assert summary["tasks"]["MySTS"]["status"] == "ok"
+    plain = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "plain")
+    assert summary["tasks"]["MySTS"]["scores"][SPEC] == pytest.approx(
+        plain["tasks"]["STSBenchmark"]["scores"][SPEC], abs=1e-4
+    )
