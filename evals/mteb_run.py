@@ -6,12 +6,12 @@ mteb ``experiment_kwargs``, so every spec of a sweep gets its own folder and ``m
 
 Which mteb model runs an :class:`EncoderFromDecoder`:
 
-* one spec (no ``specs=``) and no template, where :mod:`nosink.models.st` imports (the ``st``
+* one spec (no ``specs=``, or only the encoder's own) and no template, where :mod:`nosink.models.st` imports (the ``st``
   extra, sentence-transformers 6.x): its sentence-transformers form
   (:func:`nosink.models.st.mteb_model`), mteb's ordinary sentence-transformers path, with the
   paper's instructions as the model's prompts and the paper's normalisation in mteb's
   ``encode_kwargs`` task by task;
-* a sweep (``specs=``), a template, or no ``st`` extra:
+* a sweep (``specs=`` with another spec than the encoder's), a template, or no ``st`` extra:
   :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder` (a sweep shares its lower layers across
   specs through a :class:`~nosink.evals.mteb_model.SpecSweepCache`, which sentence-transformers
   cannot do, and nosink's sentence-transformers module has no templates).
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import as_spec
 from nosink.layerspec.checks import positive_int
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
@@ -122,15 +123,23 @@ def _st_lineup(
     return _Lineup({str(encoder.spec): wrapper}, meta.name, meta.revision, normalize_per_task=True)
 
 
+def _spec_names(specs: str | Spec | Sequence[str | Spec]) -> list[str]:
+    """The distinct specs, each as its canonical text (a spec that does not parse raises ``SpecError``)."""
+    items = [specs] if isinstance(specs, (str, Spec)) else list(specs)
+    return list(dict.fromkeys(str(as_spec(s)) for s in items))
+
+
 def _nosink_lineup(
     encoder: EncoderFromDecoder,
     specs: str | Spec | Sequence[str | Spec] | None,
     tasks: Sequence[AbsTask],
     **options: Any,
 ) -> _Lineup:
-    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. One spec without a template
-    # runs as a sentence-transformers model where the st extra is installed. A sweep shares its
-    # encoding through a cache; one spec (the encoder's own by default) needs none.
+    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. One spec (the encoder's
+    # own) without a template runs as a sentence-transformers model where the st extra is installed. A
+    # sweep shares its encoding through a cache.
+    if specs and _spec_names(specs) == [str(encoder.spec)]:
+        specs = None  # only the encoder's own spec (`nosink eval mteb --specs S`): nothing to share
     if specs:
         why = "a sweep"
     elif options["template"] is not None:
@@ -268,11 +277,12 @@ def run_mteb(
 ) -> dict[str, Any]:
     """Evaluate an encoder (or a sweep of specs) on MTEB tasks; mteb computes and writes the scores.
 
-    Every task name is checked first, before any model work. One spec without a template runs as the
-    encoder's sentence-transformers form (mteb's own wrapper, :func:`nosink.models.st.mteb_model`, with
-    :func:`paper_prompts` as prompts) where the ``st`` extra is installed, else, and for sweeps
-    and templates, as :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder`: the same scores, filed
-    under the same name, revision and ``experiment_kwargs``. Each task's data is then loaded once
+    Every task name is checked first, before any model work. One spec (no ``specs``, or only the
+    encoder's own) without a template runs as the encoder's sentence-transformers form (mteb's own
+    wrapper, :func:`nosink.models.st.mteb_model`, with :func:`paper_prompts` as prompts) where the
+    ``st`` extra is installed, else, and for sweeps and templates, as
+    :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder`: the same scores, filed under the same name,
+    revision and ``experiment_kwargs``. Each task's data is then loaded once
     (local folder, else hub) and evaluated under every spec, then released. A task without data is
     skipped with the reason instead of stopping the run, and listed in the summary's ``skipped``:
     a caller that needs every score checks that list.
@@ -290,8 +300,8 @@ def run_mteb(
             seeded subset) for quick runs. Such scores are not comparable to full ones: ``limit``
             is recorded in the results' ``experiment_kwargs`` and in the returned summary.
         specs: evaluate each of these specs (sharing work through a
-            :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec.
-            Only for an :class:`EncoderFromDecoder`.
+            :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec
+            (``specs`` naming that spec alone is the same). Only for an :class:`EncoderFromDecoder`.
         instructions: task name -> instruction; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
         model_name: mteb model name; ``nosink/<model>`` by default.
         revision: model revision recorded by mteb.

@@ -519,3 +519,21 @@ def test_a_task_mteb_cannot_name_runs_through_nosinks_own_encoder(tmp_path, capl
     assert summary["tasks"]["MySTS"]["scores"][SPEC] == pytest.approx(
         plain["tasks"]["STSBenchmark"]["scores"][SPEC], abs=1e-4
     )
+
+
+def test_specs_naming_only_the_encoders_own_spec_is_not_a_sweep(tmp_path, caplog):
+    # `nosink eval mteb MODEL --specs S` passes specs=[S] with an encoder built with S: one spec, the
+    # sentence-transformers path where it can, filed as a plain run of that spec.
+    pytest.importorskip("sentence_transformers")
+    write_data(tmp_path / "data")
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        summary = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "a", specs=["F*|M0B*2"])
+    assert "as a sentence-transformers model" in caplog.text and summary["specs"] == [SPEC]
+    plain = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "b")
+    a, b = summary["tasks"]["STSBenchmark"], plain["tasks"]["STSBenchmark"]
+    assert a["scores"] == b["scores"]
+    assert Path(a["files"][SPEC]).relative_to(tmp_path / "a") == Path(b["files"][SPEC]).relative_to(tmp_path / "b")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "c", specs=["F* | B*2"])
+    assert "through NosinkMTEBEncoder (a sweep)" in caplog.text  # another spec than the encoder's own
