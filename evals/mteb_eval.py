@@ -9,7 +9,9 @@ into vectors the way the paper does and feeds mteb data it cannot fetch itself. 
 * :mod:`nosink.evals.mteb_model`: the mteb model around :class:`EncoderFromDecoder`, and the cache that
   encodes a sweep's texts once for all its specs.
 * :mod:`nosink.evals.mteb_subsample`: ``limit``, every split cut to a seeded random subset.
-* :mod:`nosink.evals.mteb_run`: :func:`run_mteb`, the run and its summary.
+* :mod:`nosink.evals.mteb_run`: :func:`run_mteb`, the run and its summary (a single spec runs as a
+  sentence-transformers model where sentence-transformers is installed), and :func:`paper_prompts`,
+  the paper's instructions as mteb prompt keys.
 
 mteb is imported lazily (it is the optional ``eval`` extra), so importing this module is cheap.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from .mteb_data import LOCAL_FOLDERS, load_local_data, load_task_data
 from .mteb_model import NosinkMTEBEncoder, SpecSweepCache, template_name
-from .mteb_run import run_mteb
+from .mteb_run import paper_prompts, run_mteb
 from .mteb_subsample import subsample
 from .mteb_tasks import PAPER_TASKS, STS_INSTRUCTION, format_instruction, normalizes, resolve_tasks, task_instruction
 
@@ -32,6 +34,7 @@ __all__ = [
     "load_local_data",
     "load_task_data",
     "normalizes",
+    "paper_prompts",
     "resolve_tasks",
     "run_mteb",
     "subsample",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import as_spec
 from nosink.layerspec.checks import positive_int
+from nosink.models.mteb_meta import default_model_name, mteb_meta
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
 
@@ -49,11 +49,6 @@ def template_name(template: Template) -> str:
         return template.name
     digest = hashlib.sha256(repr((template.formats, template.target, template.copy)).encode("utf-8")).hexdigest()
     return f"template-{digest[:12]}"
-
-
-def _model_name(encoder: EncoderFromDecoder) -> str:
-    path = encoder.name_or_path.rstrip("/")
-    return Path(path).name if path else str(getattr(encoder.config, "model_type", "decoder"))
 
 
 class SpecSweepCache:
@@ -197,7 +192,7 @@ class NosinkMTEBEncoder:
             raise ValueError(f"the cache encodes with template {cache.template}, not {self.template}")
         self.instructions = dict(PAPER_TASKS if instructions is None else instructions)
         self.cache = cache
-        self.model_name = model_name or f"nosink/{_model_name(encoder)}"
+        self.model_name = model_name or default_model_name(encoder)
         self.revision = revision or encoder.revision or "no_revision_available"
         self.batch_size = positive_int(batch_size, "batch_size")
         self.max_length = positive_int(max_length, "max_length")
@@ -211,29 +206,14 @@ class NosinkMTEBEncoder:
 
     @property
     def mteb_model_meta(self) -> ModelMeta:
-        """The mteb ModelMeta: name, revision, size, and the spec in ``experiment_kwargs``."""
+        """The mteb ModelMeta (:func:`~nosink.models.mteb_meta.mteb_meta`): name, revision, size, the spec."""
         if self._meta is None:
-            from mteb.models.model_meta import ModelMeta
-
-            config = self.encoder.config
-            self._meta = ModelMeta(
-                loader=None,
+            self._meta = mteb_meta(
+                self.encoder,
                 name=self.model_name,
                 revision=self.revision,
-                release_date=None,
-                languages=None,
-                n_parameters=sum(p.numel() for p in self.encoder.parameters()),
-                memory_usage_mb=None,
                 max_tokens=self.max_length,
-                embed_dim=int(config.hidden_size),
-                license=None,
-                open_weights=True,
-                public_training_code=None,
-                public_training_data=None,
-                framework=["PyTorch"],
-                similarity_fn_name="cosine",
-                use_instructions=True,
-                training_datasets=None,
+                use_instructions=self.template is None,
                 experiment_kwargs=self.experiment_kwargs,
             )
         return self._meta

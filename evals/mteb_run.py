@@ -4,6 +4,21 @@ mteb (2.x) computes every metric and writes its own result JSON through :class:`
 under ``out_dir``. The model is ``nosink/<model>``; the layer spec (and ``limit`` when set) are
 mteb ``experiment_kwargs``, so every spec of a sweep gets its own folder and ``model_meta.json``.
 
+Which mteb model runs an :class:`EncoderFromDecoder`:
+
+* one spec (no ``specs=``, or only the encoder's own) and no template, where :mod:`nosink.models.st` imports (the ``st``
+  extra, sentence-transformers 6.x): its sentence-transformers form
+  (:func:`nosink.models.st.mteb_model`), mteb's ordinary sentence-transformers path, with the
+  paper's instructions as the model's prompts and the paper's normalisation in mteb's
+  ``encode_kwargs`` task by task;
+* a sweep (``specs=`` with another spec than the encoder's), a template, or no ``st`` extra:
+  :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder` (a sweep shares its lower layers across
+  specs through a :class:`~nosink.evals.mteb_model.SpecSweepCache`, which sentence-transformers
+  cannot do, and nosink's sentence-transformers module has no templates).
+
+Both give the same scores, and the same ``ModelMeta`` name, revision and ``experiment_kwargs``
+(:func:`nosink.models.mteb_meta.mteb_meta`), so they file results in the same folders.
+
 Task names are checked before anything runs (an unknown one is a ``ValueError``); a task without
 data (no local copy, no hub) does not stop the run but is reported: its entry says ``"skipped"``
 and why, and the summary lists it under ``"skipped"``.
@@ -18,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import as_spec
 from nosink.layerspec.checks import positive_int
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
@@ -25,12 +41,12 @@ from nosink.models.texts import Template
 from .mteb_data import load_task_data
 from .mteb_model import NosinkMTEBEncoder, SpecSweepCache, template_name
 from .mteb_subsample import subsample
-from .mteb_tasks import resolve_tasks
+from .mteb_tasks import normalizes, resolve_tasks, task_instruction
 
 if TYPE_CHECKING:
     from mteb import AbsTask, ResultCache
 
-__all__ = ["run_mteb"]
+__all__ = ["paper_prompts", "run_mteb"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +63,94 @@ class _Lineup:
     revision: str | None
     cache: SpecSweepCache | None = None  # a sweep's shared embeddings, cleared after each task
     reuse_results: bool = True  # whether results already in out_dir stand in for a new evaluation
+    normalize_per_task: bool = False  # pass the paper's normalisation in mteb's encode_kwargs, task by task
+
+
+def _sentence_transformer_form() -> tuple[Any, Any] | None:
+    """``(to_sentence_transformer, mteb_model)`` when :mod:`nosink.models.st` imports, else ``None``.
+
+    It needs the ``st`` extra (sentence-transformers 6.x); mteb installs some sentence-transformers of
+    its own, which may be older.
+    """
+    try:
+        from nosink.models.st import mteb_model, to_sentence_transformer
+    except ImportError:
+        return None
+    return to_sentence_transformer, mteb_model
+
+
+def paper_prompts(tasks: Sequence[AbsTask], instructions: Mapping[str, str] | None = None) -> dict[str, str]:
+    """mteb prompt keys -> prompts for ``tasks``: what :class:`NosinkMTEBEncoder` puts before each input.
+
+    For each task, ``"<task>"`` (inputs without a role), ``"<task>-query"`` and ``"<task>-document"``
+    (empty: no instruction, as for retrieval documents) get
+    :func:`~nosink.evals.mteb_tasks.task_instruction`'s prompt for that role, so mteb's
+    sentence-transformers wrapper, which tries ``"<task>-<role>"`` first, picks the same prompt.
+
+    Args:
+        tasks: the mteb tasks of the run.
+        instructions: task name -> plain instruction; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
+    """
+    prompts: dict[str, str] = {}
+    for task in tasks:
+        meta = task.metadata
+        prompts[meta.name] = task_instruction(meta, None, instructions) or ""
+        for role in ("query", "document"):
+            prompts[f"{meta.name}-{role}"] = task_instruction(meta, role, instructions) or ""
+    return prompts
+
+
+def _st_lineup(
+    encoder: EncoderFromDecoder, tasks: Sequence[AbsTask], form: tuple[Any, Any], **options: Any
+) -> _Lineup | None:
+    # The sentence-transformers form of one spec, with the paper's instructions as mteb prompts. None when
+    # mteb would drop a prompt (a task name mteb does not know): NosinkMTEBEncoder needs no name lookup.
+    to_sentence_transformer, mteb_model = form
+    prompts = paper_prompts(tasks, options["instructions"])
+    model = to_sentence_transformer(encoder, pooling="mean", max_seq_length=options["max_length"])
+    wrapper = mteb_model(
+        model,
+        prompts,
+        name=options["model_name"],
+        revision=options["revision"],
+        experiment_kwargs=options["experiment_kwargs"],
+    )
+    if (wrapper.model_prompts or {}) != prompts:
+        dropped = sorted(set(prompts) - set(wrapper.model_prompts or {}))
+        logger.info("mteb's sentence-transformers wrapper drops the prompts %s", dropped)
+        return None
+    meta = wrapper.mteb_model_meta
+    return _Lineup({str(encoder.spec): wrapper}, meta.name, meta.revision, normalize_per_task=True)
+
+
+def _spec_names(specs: str | Spec | Sequence[str | Spec]) -> list[str]:
+    """The distinct specs, each as its canonical text (a spec that does not parse raises ``SpecError``)."""
+    items = [specs] if isinstance(specs, (str, Spec)) else list(specs)
+    return list(dict.fromkeys(str(as_spec(s)) for s in items))
 
 
 def _nosink_lineup(
-    encoder: EncoderFromDecoder, specs: str | Spec | Sequence[str | Spec] | None, **options: Any
+    encoder: EncoderFromDecoder,
+    specs: str | Spec | Sequence[str | Spec] | None,
+    tasks: Sequence[AbsTask],
+    **options: Any,
 ) -> _Lineup:
-    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. A sweep shares its
-    # encoding through a cache; one spec (the encoder's own by default) needs none.
+    # options: NosinkMTEBEncoder's keyword arguments, the same for every spec. One spec (the encoder's
+    # own) without a template runs as a sentence-transformers model where the st extra is installed. A
+    # sweep shares its encoding through a cache.
+    if specs and _spec_names(specs) == [str(encoder.spec)]:
+        specs = None  # only the encoder's own spec (`nosink eval mteb --specs S`): nothing to share
+    if specs:
+        why = "a sweep"
+    elif options["template"] is not None:
+        why = "a template"
+    elif (form := _sentence_transformer_form()) is None:
+        why = "the st extra is missing"
+    elif (lineup := _st_lineup(encoder, tasks, form, **options)) is None:
+        why = "a task name mteb does not know"
+    else:
+        logger.info("MTEB runs %s as a sentence-transformers model (mteb's own wrapper)", lineup.name)
+        return lineup
     cache = (
         SpecSweepCache(
             encoder,
@@ -68,6 +165,7 @@ def _nosink_lineup(
     spec_names = cache.specs if cache is not None else [str(encoder.spec)]
     models = {spec: NosinkMTEBEncoder(encoder, spec, cache=cache, **options) for spec in spec_names}
     first = models[spec_names[0]]
+    logger.info("MTEB runs %s through NosinkMTEBEncoder (%s)", first.model_name, why)
     return _Lineup(models, first.model_name, first.revision, cache)
 
 
@@ -75,8 +173,10 @@ def _foreign_lineup(model: Any, model_name: str | None, revision: str | None) ->
     # An mteb-ready model (a sentence-transformers baseline, say), run as it is: no instructions, no
     # specs. mteb files its results under the model card's name, which two baselines can share
     # ("no_model_name__available"): never reuse them.
-    meta = getattr(model, "mteb_model_meta", None) or getattr(model, "model_card_data", None)
-    name = model_name or str(getattr(meta, "model_name", None) or "encoder")
+    # An mteb ModelMeta has .name; a SentenceTransformer's model card data has .model_name.
+    meta = getattr(model, "mteb_model_meta", None)
+    card = getattr(model, "model_card_data", None)
+    name = model_name or str(getattr(meta, "name", None) or getattr(card, "model_name", None) or "encoder")
     return _Lineup({_FOREIGN: model}, name, revision, reuse_results=False)
 
 
@@ -87,10 +187,17 @@ def _note(limit: int | None, seed: int) -> str:
 
 
 def _score(
-    model: Any, task: AbsTask, results: ResultCache, *, overwrite: bool, batch_size: int
+    model: Any, task: AbsTask, results: ResultCache, *, overwrite: bool, batch_size: int, normalize: bool | None = None
 ) -> tuple[float, str | None]:
-    """mteb's main score of ``model`` on a loaded ``task``, and the result file it wrote (``None`` if unknown)."""
+    """mteb's main score of ``model`` on a loaded ``task``, and the result file it wrote (``None`` if unknown).
+
+    ``normalize`` (when not ``None``) goes to the model's ``encode`` as ``normalize_embeddings``.
+    """
     import mteb
+
+    encode_kwargs: dict[str, Any] = {"batch_size": batch_size}
+    if normalize is not None:
+        encode_kwargs["normalize_embeddings"] = normalize
 
     result = mteb.evaluate(
         model,
@@ -99,7 +206,7 @@ def _score(
         overwrite_strategy="always" if overwrite else "only-missing",
         co2_tracker=False,
         show_progress_bar=False,
-        encode_kwargs={"batch_size": batch_size},
+        encode_kwargs=encode_kwargs,
     )
     (task_result,) = result.task_results
     meta = getattr(model, "mteb_model_meta", None)
@@ -136,7 +243,12 @@ def _run_task(
         for spec, model in lineup.models.items():
             logger.info("MTEB %s with spec %s (data: %s)", name, spec, source)
             entry["scores"][spec], entry["files"][spec] = _score(
-                model, task, results, overwrite=overwrite or not lineup.reuse_results, batch_size=batch_size
+                model,
+                task,
+                results,
+                overwrite=overwrite or not lineup.reuse_results,
+                batch_size=batch_size,
+                normalize=normalizes(task.metadata) if lineup.normalize_per_task else None,
             )
     finally:
         if lineup.cache is not None:
@@ -165,7 +277,12 @@ def run_mteb(
 ) -> dict[str, Any]:
     """Evaluate an encoder (or a sweep of specs) on MTEB tasks; mteb computes and writes the scores.
 
-    Every task name is checked first, before any model work. Each task's data is then loaded once
+    Every task name is checked first, before any model work. One spec (no ``specs``, or only the
+    encoder's own) without a template runs as the encoder's sentence-transformers form (mteb's own
+    wrapper, :func:`nosink.models.st.mteb_model`, with :func:`paper_prompts` as prompts) where the
+    ``st`` extra is installed, else, and for sweeps and templates, as
+    :class:`~nosink.evals.mteb_model.NosinkMTEBEncoder`: the same scores, filed under the same name,
+    revision and ``experiment_kwargs``. Each task's data is then loaded once
     (local folder, else hub) and evaluated under every spec, then released. A task without data is
     skipped with the reason instead of stopping the run, and listed in the summary's ``skipped``:
     a caller that needs every score checks that list.
@@ -183,8 +300,8 @@ def run_mteb(
             seeded subset) for quick runs. Such scores are not comparable to full ones: ``limit``
             is recorded in the results' ``experiment_kwargs`` and in the returned summary.
         specs: evaluate each of these specs (sharing work through a
-            :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec.
-            Only for an :class:`EncoderFromDecoder`.
+            :class:`~nosink.evals.mteb_model.SpecSweepCache`); by default the encoder's own spec
+            (``specs`` naming that spec alone is the same). Only for an :class:`EncoderFromDecoder`.
         instructions: task name -> instruction; :data:`~nosink.evals.mteb_tasks.PAPER_TASKS` by default.
         model_name: mteb model name; ``nosink/<model>`` by default.
         revision: model revision recorded by mteb.
@@ -223,6 +340,7 @@ def run_mteb(
         lineup = _nosink_lineup(
             encoder,
             specs,
+            task_list,
             instructions=instructions,
             model_name=model_name,
             revision=revision,

@@ -18,7 +18,8 @@ input module still sets ``prompt_length`` (sink token + prompt tokens) for sente
 own :class:`~sentence_transformers.sentence_transformer.modules.Pooling`, which then matches nosink
 for ``mean`` and ``lasttoken`` when every text of a batch splits after the same number of tokens.
 
-This module imports sentence-transformers (the ``st`` extra); ``import nosink`` does not.
+This module imports sentence-transformers (the ``st`` extra); ``import nosink`` does not. Its
+``mteb_meta`` is :func:`nosink.models.mteb_meta.mteb_meta` (which needs no sentence-transformers).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from sentence_transformers.base.modules import InputModule, Module, Normalize
 from . import texts as _texts
 from .encoder import EncoderFromDecoder
 from .loading import write_encoder_files
+from .mteb_meta import mteb_meta
 from .pooling import POOLINGS, Pooling, pool
 
 __all__ = [
@@ -345,63 +347,6 @@ def load_sentence_transformer(path: str | Path, **kwargs: Any) -> SentenceTransf
             "load it with SentenceTransformer(..., trust_remote_code=True) if you trust that code"
         )
     return SentenceTransformer(str(path), trust_remote_code=True, **kwargs)
-
-
-def mteb_meta(
-    encoder: EncoderFromDecoder,
-    *,
-    name: str | None = None,
-    revision: str | None = None,
-    languages: Sequence[str] | None = None,
-    max_tokens: int = 512,
-    use_instructions: bool = True,
-    framework: Sequence[str] = ("PyTorch",),
-    experiment_kwargs: Mapping[str, Any] | None = None,
-) -> Any:
-    """mteb's ``ModelMeta`` for a nosink encoder: its name, revision, size, and the spec.
-
-    Args:
-        encoder: the encoder evaluated.
-        name: the mteb model name; ``nosink/<last part of encoder.name_or_path>`` (or of the decoder's
-            model type, for a model built in code) by default.
-        revision: the recorded revision; ``encoder.revision`` by default, else "no_revision_available".
-        languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown (``None``) by default.
-        max_tokens: at most this many tokens per input.
-        use_instructions: whether the model is run with task instructions.
-        framework: mteb's framework names.
-        experiment_kwargs: what sets this run apart (mteb files results by it); the spec is added as
-            ``spec``.
-
-    Returns:
-        a ``mteb.models.model_meta.ModelMeta``; the original model's hub id is its ``adapted_from``.
-
-    Raises:
-        pydantic.ValidationError: for languages or names mteb does not accept.
-    """
-    from mteb.models.model_meta import ModelMeta
-
-    base = encoder.name_or_path.rstrip("/")
-    return ModelMeta(
-        loader=None,
-        name=name or f"nosink/{Path(base).name if base else encoder.config.model_type}",
-        revision=revision or encoder.revision or "no_revision_available",
-        release_date=None,
-        languages=list(languages) if languages is not None else None,
-        n_parameters=sum(p.numel() for p in encoder.parameters()),
-        memory_usage_mb=None,
-        max_tokens=max_tokens,
-        embed_dim=int(encoder.config.hidden_size),
-        license=None,
-        open_weights=True,
-        public_training_code=None,
-        public_training_data=None,
-        framework=list(framework),
-        similarity_fn_name="cosine",
-        use_instructions=use_instructions,
-        training_datasets=None,
-        adapted_from=base if base and not Path(base).exists() else None,  # a hub id, not a local folder
-        experiment_kwargs={"spec": str(encoder.spec), **dict(experiment_kwargs or {})},
-    )
 
 
 def mteb_model(

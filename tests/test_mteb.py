@@ -1,7 +1,14 @@
-"""The MTEB evaluation: mteb scores tiny local copies, the paper's instructions and normalisation, sweeps."""
+"""The MTEB evaluation: mteb scores tiny local copies, the paper's instructions and normalisation, sweeps.
+
+The tests that spy on ``EncoderFromDecoder.encode`` run ``run_mteb`` as if nosink's
+sentence-transformers module could not be imported (:func:`without_st_extra`), so that it takes
+``NosinkMTEBEncoder``; the sentence-transformers path is checked against that one, score for score.
+"""
 
 import json
+import logging
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +93,14 @@ class EncodeSpy:
         return [c for c in self.calls if texts & set(c["texts"])]
 
 
+def without_st_extra(mp):
+    """As if the ``st`` extra were missing: ``import nosink.models.st`` fails, so ``run_mteb`` falls back to
+    ``NosinkMTEBEncoder``. (mteb itself needs some sentence-transformers, not necessarily nosink's 6.x.)"""
+    mp.setitem(sys.modules, "nosink.models.st", None)
+
+
 def spied_encoder(monkeypatch):
+    without_st_extra(monkeypatch)  # the spy sees encode(): NosinkMTEBEncoder's path
     encoder = make_encoder()
     spy = EncodeSpy(encoder)
     monkeypatch.setattr(encoder, "encode", spy)
@@ -100,6 +114,7 @@ def local_run(tmp_path_factory):
     encoder = make_encoder()
     spy = EncodeSpy(encoder)
     with pytest.MonkeyPatch.context() as mp:
+        without_st_extra(mp)
         mp.setattr(encoder, "encode", spy)
         tasks = ["STSBenchmark", "Banking77Classification", "EmotionClassification", "SciFact"]
         summary = run_mteb(encoder, tasks, data_dir=root / "data", out_dir=root / "out")
@@ -201,7 +216,8 @@ def test_bad_run_settings_are_refused(tmp_path, bad):
         run_mteb(make_encoder(), ["STSBenchmark"], out_dir=tmp_path, **bad)
 
 
-def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
+def scifact_task():
+    """SciFact with a tiny retrieval set already loaded (6 documents, 3 queries)."""
     from datasets import Dataset
 
     rng = random.Random(1)
@@ -219,6 +235,33 @@ def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
         }
     }
     task.data_loaded = True
+    return task, docs, queries
+
+
+def length_classification_task():
+    """Banking77Classification with 30 + 30 texts whose label is their length (1-2, 3-5 or 8-12 words).
+
+    Mean-pooled vectors of longer texts are shorter, so normalising them changes the scores: a run that
+    normalises where the paper does not scores differently here.
+    """
+    from datasets import Dataset, DatasetDict
+
+    rng = random.Random(3)
+    lengths = [(1, 2), (3, 5), (8, 12)]
+
+    def rows(split):
+        labels = [k % 3 for k in range(30)]
+        texts = [f"{sentence(rng, rng.choice(lengths[label]))} {split}{k}" for k, label in enumerate(labels)]
+        return Dataset.from_dict({"text": texts, "label": labels})
+
+    task = mteb.get_task("Banking77Classification")
+    task.dataset = DatasetDict({"train": rows("train"), "test": rows("test")})
+    task.data_loaded = True
+    return task
+
+
+def test_retrieval_instruction_on_queries_only(tmp_path, monkeypatch):
+    task, docs, queries = scifact_task()
     encoder, spy = spied_encoder(monkeypatch)
     summary = run_mteb(encoder, [task], out_dir=tmp_path)
     entry = summary["tasks"]["SciFact"]
@@ -356,3 +399,141 @@ def test_mteb_eval_is_the_one_import_for_every_piece():
     for part in parts:
         for name in part.__all__:
             assert getattr(mteb_eval, name) is getattr(part, name), name
+
+
+def _metrics(path: Path) -> dict:
+    """Every number of a result file's scores, keyed by split, subset and metric name."""
+    raw = json.loads(path.read_text())
+    out = {}
+    for split, entries in raw["scores"].items():
+        for entry in entries:
+            for key, value in entry.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out[(split, entry["hf_subset"], key)] = float(value)
+    return out
+
+
+def test_sentence_transformers_path_scores_like_nosinks_own_encoder(tmp_path, monkeypatch, caplog):
+    # One spec runs as the encoder's sentence-transformers form (mteb's own wrapper, the paper's
+    # instructions as prompts, the normalisation in encode_kwargs); without sentence-transformers, as
+    # NosinkMTEBEncoder. Every metric mteb writes must agree, and both must file the results alike.
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    data = write_data(tmp_path / "data")
+    names = ["STSBenchmark", "EmotionClassification"]
+    encoder = make_encoder()
+    calls = []
+    original = SentenceTransformer.encode
+
+    def spy(self, *args, **kwargs):  # encode_query and encode_document pass everything by keyword
+        texts = args[0] if args else kwargs["inputs"]
+        calls.append((list(texts), kwargs.get("prompt"), kwargs.get("normalize_embeddings")))
+        return original(self, *args, **kwargs)
+
+    runs = {}
+    for path in ("st", "own"):
+        with monkeypatch.context() as mp, caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+            caplog.clear()
+            if path == "st":
+                mp.setattr(SentenceTransformer, "encode", spy)
+            else:
+                without_st_extra(mp)
+            tasks = [*names, length_classification_task(), scifact_task()[0]]
+            runs[path] = run_mteb(encoder, tasks, tmp_path / "data", tmp_path / path)
+            said = caplog.text
+        assert ("as a sentence-transformers model" in said) == (path == "st"), said
+        assert ("through NosinkMTEBEncoder (the st extra is missing)" in said) == (path == "own"), said
+
+    st, own = runs["st"], runs["own"]
+    assert st["model"] == own["model"] == "nosink/llama" and st["specs"] == own["specs"] == [SPEC]
+    for name in [*names, "Banking77Classification", "SciFact"]:
+        a, b = st["tasks"][name], own["tasks"][name]
+        assert a["status"] == b["status"] == "ok", (a, b)
+        assert a["scores"][SPEC] == pytest.approx(b["scores"][SPEC], abs=1e-4), name
+        file_a, file_b = Path(a["files"][SPEC]), Path(b["files"][SPEC])
+        assert file_a.relative_to(tmp_path / "st") == file_b.relative_to(tmp_path / "own")  # the same layout
+        metrics_a, metrics_b = _metrics(file_a), _metrics(file_b)
+        assert metrics_a.keys() == metrics_b.keys() and metrics_a
+        for key, value in metrics_a.items():
+            assert value == pytest.approx(metrics_b[key], abs=1e-4, nan_ok=True), (name, key)
+        meta_a = json.loads((file_a.parent / "model_meta.json").read_text())
+        meta_b = json.loads((file_b.parent / "model_meta.json").read_text())
+        for meta in (meta_a, meta_b):
+            assert meta["name"] == "nosink/llama" and meta["revision"] == "no_revision_available"
+            assert meta["experiment_kwargs"] == {"spec": SPEC, "pooling": "mean"}
+            assert meta["embed_dim"] == 32 and meta["n_parameters"] == sum(p.numel() for p in encoder.parameters())
+        assert "Sentence Transformers" in meta_a["framework"] and "Sentence Transformers" not in meta_b["framework"]
+
+    # The sentence-transformers path put the paper's prompt and normalisation on each input role.
+    seen = {}
+    for texts, prompt, normalize in calls:
+        for text in texts:
+            seen[text] = (prompt, normalize)
+    _, docs, queries = scifact_task()
+    expected = {p[0]: (STS_PROMPT, True) for p in data["sts"]} | {p[1]: (STS_PROMPT, True) for p in data["sts"]}
+    banking = length_classification_task().dataset
+    expected |= {t: (BANKING_PROMPT, False) for split in ("train", "test") for t in banking[split]["text"]}
+    expected |= {t: (SCIFACT_PROMPT, True) for t in queries.values()} | {t: ("", True) for t in docs.values()}
+    for text, want in expected.items():
+        assert seen[text] == want, text
+    emotion = [v for t, v in seen.items() if t not in expected]
+    assert emotion and all(v == (EMOTION_PROMPT, False) for v in emotion)
+
+
+def test_paper_prompts_give_each_role_nosinks_instruction():
+    tasks = mteb_eval.resolve_tasks(["STSBenchmark", "SciFact", "Banking77Classification"])
+    prompts = mteb_eval.paper_prompts(tasks)
+    assert prompts["STSBenchmark"] == prompts["STSBenchmark-query"] == STS_PROMPT
+    assert prompts["STSBenchmark-document"] == ""  # as task_instruction: no instruction for a document role
+    assert prompts["SciFact"] == prompts["SciFact-query"] == SCIFACT_PROMPT and prompts["SciFact-document"] == ""
+    assert prompts["Banking77Classification"] == BANKING_PROMPT
+    assert len(prompts) == 9
+    own = mteb_eval.paper_prompts(tasks, {"STSBenchmark": "Say it."})
+    assert own["STSBenchmark"] == "Instruct: Say it.\nQuery: "
+
+
+def test_foreign_model_summary_names_its_mteb_model(tmp_path):
+    # A wrapped model's ModelMeta has .name (not .model_name): the summary names it, not "encoder".
+    summary = run_mteb(NosinkMTEBEncoder(make_encoder(), SPEC), [], out_dir=tmp_path)
+    assert summary["model"] == "nosink/llama"
+    renamed = run_mteb(NosinkMTEBEncoder(make_encoder(), SPEC, model_name="me/mine"), [], out_dir=tmp_path)
+    assert renamed["model"] == "me/mine"
+
+
+def test_a_task_mteb_cannot_name_runs_through_nosinks_own_encoder(tmp_path, caplog):
+    # mteb's sentence-transformers wrapper drops prompts whose task name it does not know; run_mteb then
+    # takes NosinkMTEBEncoder, which reads the instruction from the task itself.
+    pytest.importorskip("sentence_transformers")
+    from nosink.evals.mteb_data import load_local_data
+
+    write_data(tmp_path / "data")
+    task = mteb.get_task("STSBenchmark")
+    assert load_local_data(task, tmp_path / "data") is not None
+    task.metadata = task.metadata.model_copy(update={"name": "MySTS"})
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        summary = run_mteb(make_encoder(), [task], out_dir=tmp_path / "out")
+    assert "NosinkMTEBEncoder (a task name mteb does not know)" in caplog.text
+    assert summary["tasks"]["MySTS"]["status"] == "ok"
+    plain = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "plain")
+    assert summary["tasks"]["MySTS"]["scores"][SPEC] == pytest.approx(
+        plain["tasks"]["STSBenchmark"]["scores"][SPEC], abs=1e-4
+    )
+
+
+def test_specs_naming_only_the_encoders_own_spec_is_not_a_sweep(tmp_path, caplog):
+    # `nosink eval mteb MODEL --specs S` passes specs=[S] with an encoder built with S: one spec, the
+    # sentence-transformers path where it can, filed as a plain run of that spec.
+    pytest.importorskip("sentence_transformers")
+    write_data(tmp_path / "data")
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        summary = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "a", specs=["F*|M0B*2"])
+    assert "as a sentence-transformers model" in caplog.text and summary["specs"] == [SPEC]
+    plain = run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "b")
+    a, b = summary["tasks"]["STSBenchmark"], plain["tasks"]["STSBenchmark"]
+    assert a["scores"] == b["scores"]
+    assert Path(a["files"][SPEC]).relative_to(tmp_path / "a") == Path(b["files"][SPEC]).relative_to(tmp_path / "b")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="nosink.evals.mteb_run"):
+        run_mteb(make_encoder(), ["STSBenchmark"], tmp_path / "data", tmp_path / "c", specs=["F* | B*2"])
+    assert "through NosinkMTEBEncoder (a sweep)" in caplog.text  # another spec than the encoder's own
