@@ -120,8 +120,9 @@ class SpecSweepCache:
             raise KeyError(f"spec {name!r} is not in this sweep: {self.specs}")
         missing = list(dict.fromkeys(t for t in texts if (instruction, t, normalize) not in self._store))
         if missing:
+            plans = [self.encoder.plan_for(s) for s in self.specs]  # an encoder's exit_layer names its results
             out = self.encoder.encode_specs(
-                self.specs,
+                plans,
                 missing,
                 instruction,
                 pooling="mean",
@@ -132,8 +133,9 @@ class SpecSweepCache:
                 convert_to_numpy=True,
                 template=self.template,
             )
+            named = list(zip(self.specs, [p.name for p in plans], strict=True))
             for i, text in enumerate(missing):
-                self._store[(instruction, text, normalize)] = {s: out[s][i] for s in self.specs}
+                self._store[(instruction, text, normalize)] = {s: out[n][i] for s, n in named}
         if not texts:
             return np.zeros((0, self.encoder.config.hidden_size), dtype=np.float32)
         return np.stack([self._store[(instruction, t, normalize)][name] for t in texts])
@@ -303,7 +305,8 @@ class NosinkMTEBEncoder:
         )
         if self.spec == _spec_name(self.encoder.spec):
             return self.encoder.encode(texts, instruction, **options)
-        return self.encoder.encode_specs([self.spec], texts, instruction, **options)[self.spec]
+        plan = self.encoder.plan_for(self.spec)
+        return self.encoder.encode_specs([plan], texts, instruction, **options)[plan.name]
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
         """Cosine similarity matrix (mteb's ``EncoderProtocol.similarity``).

@@ -174,7 +174,7 @@ def word_features(
 
     # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
     runs = [encoder.plan_for(spec) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
-    names = [str(run.spec) if isinstance(run, Plan) else run for run in runs]  # compiled once, run per batch
+    names = [run.name if isinstance(run, Plan) else run for run in runs]  # compiled once, run per batch
     feats: dict[str, list[torch.Tensor]] = {n: [None] * len(sentences) for n in names}  # type: ignore[list-item]
     pad_value = pad_id(tok)
     groups = batches(tokens.lengths, config.extract_batch_size)

@@ -152,3 +152,18 @@ def test_from_pretrained_takes_an_exit_and_checks_it_before_loading_weights(tmp_
         EncoderFromDecoder.from_pretrained(folder, exit_layer=9)
     with pytest.raises(SpecError, match="exit_layer=1 keeps the first 1 of 4"):
         EncoderFromDecoder.from_pretrained(folder, spec="F* | B*2", exit_layer=1)
+
+
+def test_evaluations_file_results_of_an_encoder_that_exits_under_its_plan_name():
+    from nosink.evals.classify import Example, evaluate_classification
+    from nosink.evals.ner import Sentence, word_features
+
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer(), exit_layer=2)
+    examples = [Example(t, label) for t, label in zip(TEXTS * 2, "abab" * 2, strict=True)]
+    (result,) = evaluate_classification(encoder, examples, examples, smote=False)
+    assert result.spec == "F* | B @ exit 2"
+    sentences = [Sentence(("the", "cat"), ("O", "O"))]
+    feats, _ = word_features(encoder, sentences, ["F* | B"], show_progress_bar=False)
+    other = EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer(), exit_layer=2)
+    assert list(feats) == ["F* | B @ exit 2"]
+    assert list(word_features(other, sentences, ["F*"], show_progress_bar=False)[0]) == ["F* @ exit 2"]
