@@ -120,9 +120,8 @@ class SpecSweepCache:
             raise KeyError(f"spec {name!r} is not in this sweep: {self.specs}")
         missing = list(dict.fromkeys(t for t in texts if (instruction, t, normalize) not in self._store))
         if missing:
-            plans = [self.encoder.plan_for(s) for s in self.specs]  # an encoder's exit_layer names its results
             out = self.encoder.encode_specs(
-                plans,
+                self.specs,
                 missing,
                 instruction,
                 pooling="mean",
@@ -133,7 +132,8 @@ class SpecSweepCache:
                 convert_to_numpy=True,
                 template=self.template,
             )
-            named = list(zip(self.specs, [p.name for p in plans], strict=True))
+            # results are filed under plan names: the spec, and its exit when the encoder has an exit_layer
+            named = [(s, self.encoder.plan_for(s).name) for s in self.specs]
             for i, text in enumerate(missing):
                 self._store[(instruction, text, normalize)] = {s: out[n][i] for s, n in named}
         if not texts:
