@@ -168,7 +168,8 @@ class NosinkMTEBEncoder:
         template: a prompt template (a :class:`~nosink.models.texts.Template` or a preset's name:
             ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) used instead of the instructions; its name
             (:func:`template_name`) is recorded in ``experiment_kwargs``, so each template gets its own
-            result folder, and ``pooling`` there says ``last`` for a last-token template.
+            result folder, and ``pooling`` there says ``last`` for a last-token template. An encoder
+            with an ``exit_layer`` records it there too.
 
     Raises:
         ValueError: if ``spec`` is not in ``cache``'s sweep, the cache encodes with another template,
@@ -207,6 +208,8 @@ class NosinkMTEBEncoder:
         self.experiment_kwargs = {"spec": self.spec, "pooling": pooling, **dict(experiment_kwargs or {})}
         if self.template is not None:
             self.experiment_kwargs["template"] = template_name(self.template)
+        if getattr(encoder, "exit_layer", None) is not None:  # an early exit gets its own result folder
+            self.experiment_kwargs["exit_layer"] = encoder.exit_layer
         self._meta: ModelMeta | None = None
 
     # ----------------------------------------------------------------- protocol

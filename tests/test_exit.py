@@ -167,3 +167,15 @@ def test_evaluations_file_results_of_an_encoder_that_exits_under_its_plan_name()
     other = EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer(), exit_layer=2)
     assert list(feats) == ["F* | B @ exit 2"]
     assert list(word_features(other, sentences, ["F*"], show_progress_bar=False)[0]) == ["F* @ exit 2"]
+
+
+def test_mteb_results_of_an_encoder_that_exits_are_filed_apart_and_its_sweep_cache_reads_them():
+    from nosink.evals.mteb_model import NosinkMTEBEncoder, SpecSweepCache
+
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer(), exit_layer=2)
+    assert NosinkMTEBEncoder(encoder).experiment_kwargs["exit_layer"] == 2
+    assert "exit_layer" not in NosinkMTEBEncoder(EncoderFromDecoder(encoder.decoder, "F*")).experiment_kwargs
+    cache = SpecSweepCache(encoder, ["F* | B", "F*"])
+    for spec in ("F* | B", "F*"):
+        alone = EncoderFromDecoder(encoder.decoder, spec, tiny_tokenizer(), exit_layer=2).encode(TEXTS)
+        assert abs(cache.get(spec, TEXTS, None, False) - alone).max() <= 1e-6
