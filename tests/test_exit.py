@@ -179,3 +179,12 @@ def test_mteb_results_of_an_encoder_that_exits_are_filed_apart_and_its_sweep_cac
     for spec in ("F* | B", "F*"):
         alone = EncoderFromDecoder(encoder.decoder, spec, tiny_tokenizer(), exit_layer=2).encode(TEXTS)
         assert abs(cache.get(spec, TEXTS, None, False) - alone).max() <= 1e-6
+
+
+def test_a_drawn_plan_that_exits_is_as_tall_as_the_layers_it_runs():
+    from nosink.layerspec.draw import plan_svg
+
+    spec = parse_spec("F* | EXTEND(R)")
+    cut, small = plan_svg(spec.resolve(8, exit_layer=3)), plan_svg(spec.resolve(3))
+    assert cut == small  # the decoder cut after layer 3 draws as a 3-layer decoder
+    assert cut != plan_svg(spec.resolve(8))
