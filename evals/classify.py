@@ -231,10 +231,11 @@ def evaluate_classification(
     unseen = sorted({e.label for e in test} - {e.label for e in train})
     if unseen:
         raise ValueError(f"test labels {unseen[:10]} never occur in the training examples")
-    names = [str(as_spec(s)) for s in (specs or [encoder.spec])]
+    plans = [encoder.plan_for(as_spec(s)) for s in (specs or [encoder.spec])]
+    names = list(dict.fromkeys(plan.name for plan in plans))  # the spec, and its exit when the encoder has one
     kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress_bar}
-    train_x = encoder.encode_specs(names, [e.text for e in train], instruction, **kwargs)
-    test_x = encoder.encode_specs(names, [e.text for e in test], instruction, **kwargs)
+    train_x = encoder.encode_specs(plans, [e.text for e in train], instruction, **kwargs)
+    test_x = encoder.encode_specs(plans, [e.text for e in test], instruction, **kwargs)
     results = []
     for name in names:
         scores, used = fit_and_score(

@@ -127,8 +127,10 @@ class SpecSweepCache:
                 convert_to_numpy=True,
                 template=self.template,
             )
+            # results are filed under plan names: the spec, and its exit when the encoder has an exit_layer
+            named = [(s, self.encoder.plan_for(s).name) for s in self.specs]
             for i, text in enumerate(missing):
-                self._store[(instruction, text, normalize)] = {s: out[s][i] for s in self.specs}
+                self._store[(instruction, text, normalize)] = {s: out[n][i] for s, n in named}
         if not texts:
             return np.zeros((0, self.encoder.config.hidden_size), dtype=np.float32)
         return np.stack([self._store[(instruction, t, normalize)][name] for t in texts])
@@ -161,7 +163,8 @@ class NosinkMTEBEncoder:
         template: a prompt template (a :class:`~nosink.models.texts.Template` or a preset's name:
             ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...) used instead of the instructions; its name
             (:func:`template_name`) is recorded in ``experiment_kwargs``, so each template gets its own
-            result folder, and ``pooling`` there says ``last`` for a last-token template.
+            result folder, and ``pooling`` there says ``last`` for a last-token template. An encoder
+            with an ``exit_layer`` records it there too.
 
     Raises:
         ValueError: if ``spec`` is not in ``cache``'s sweep, the cache encodes with another template,
@@ -200,6 +203,8 @@ class NosinkMTEBEncoder:
         self.experiment_kwargs = {"spec": self.spec, "pooling": pooling, **dict(experiment_kwargs or {})}
         if self.template is not None:
             self.experiment_kwargs["template"] = template_name(self.template)
+        if getattr(encoder, "exit_layer", None) is not None:  # an early exit gets its own result folder
+            self.experiment_kwargs["exit_layer"] = encoder.exit_layer
         self._meta: ModelMeta | None = None
 
     # ----------------------------------------------------------------- protocol
@@ -283,7 +288,8 @@ class NosinkMTEBEncoder:
         )
         if self.spec == _spec_name(self.encoder.spec):
             return self.encoder.encode(texts, instruction, **options)
-        return self.encoder.encode_specs([self.spec], texts, instruction, **options)[self.spec]
+        plan = self.encoder.plan_for(self.spec)
+        return self.encoder.encode_specs([plan], texts, instruction, **options)[plan.name]
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
         """Cosine similarity matrix (mteb's ``EncoderProtocol.similarity``).

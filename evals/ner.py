@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,12 @@ class NERConfig:
 
 @dataclass(frozen=True)
 class NERResult:
-    """Entity-level scores from seqeval on the evaluation sentences."""
+    """Entity-level scores from seqeval on the evaluation sentences.
+
+    ``predictions`` and ``gold`` keep the tags per evaluation sentence, so error bars can be computed
+    afterwards: ``stats.bootstrap_ci(stats.ner_f1(result.gold, result.predictions))`` (see
+    :mod:`nosink.evals.stats`). They are left out of :meth:`as_dict` and of the repr.
+    """
 
     spec: str
     f1: float
@@ -75,10 +80,12 @@ class NERResult:
     truncated_words: int  # evaluation words beyond max_length, predicted 'O'
     n_train: int
     n_eval: int
+    predictions: tuple[tuple[str, ...], ...] = field(default=(), repr=False)  # per sentence, the probe's tags
+    gold: tuple[tuple[str, ...], ...] = field(default=(), repr=False)  # per sentence, the evaluation tags
 
     def as_dict(self) -> dict[str, Any]:
-        """The result as a plain dict (for JSON)."""
-        return asdict(self)
+        """The scores as a plain dict (for JSON), without the per-sentence tags."""
+        return {k: v for k, v in asdict(self).items() if k not in ("predictions", "gold")}
 
 
 def read_conll_lines(lines: Iterable[str]) -> list[Sentence]:
@@ -174,7 +181,7 @@ def word_features(
 
     # A baseline encoder (evals.baselines.TokenFeatures) has no layer specs: its names pass through.
     runs = [encoder.plan_for(spec) if isinstance(encoder, EncoderFromDecoder) else str(spec) for spec in specs]
-    names = [str(run.spec) if isinstance(run, Plan) else run for run in runs]  # compiled once, run per batch
+    names = [run.name if isinstance(run, Plan) else run for run in runs]  # compiled once, run per batch
     feats: dict[str, list[torch.Tensor]] = {n: [None] * len(sentences) for n in names}  # type: ignore[list-item]
     pad_value = pad_id(tok)
     groups = batches(tokens.lengths, config.extract_batch_size)
@@ -257,6 +264,8 @@ def evaluate_ner(
         [index[t] for t, k in zip(s.tags, kept, strict=True) if k] for s, kept in zip(train, train_kept, strict=True)
     ]
     truncated = sum(not k for kept in eval_kept for k in kept)
+    gold = [list(s.tags) for s in evaluation]
+    gold_tags = tuple(tuple(tags) for tags in gold)  # shared by every spec's result
     results = []
     for name in train_feats:
         probe = train_probe(train_feats[name], train_labels, len(tags), config)
@@ -265,7 +274,6 @@ def evaluate_ner(
             for feats, kept in zip(eval_feats[name], eval_kept, strict=True):
                 guesses = iter(probe(feats.float()).argmax(-1).tolist() if len(feats) else [])
                 predicted.append([tags[next(guesses)] if k else "O" for k in kept])
-        gold = [list(s.tags) for s in evaluation]
         results.append(
             NERResult(
                 spec=name,
@@ -275,6 +283,8 @@ def evaluate_ner(
                 truncated_words=truncated,
                 n_train=len(train),
                 n_eval=len(evaluation),
+                predictions=tuple(tuple(tags) for tags in predicted),
+                gold=gold_tags,
             )
         )
         logger.info("NER %s: F1 %.4f", name, results[-1].f1)

@@ -126,7 +126,7 @@ def plan_svg(plan: Plan, title: str | None = None) -> str:
         plan: a resolved plan, e.g. ``parse_spec("F* | INTER(B*2)").resolve(6)``.
         title: a caption above the diagram (default: the plan's spec).
     """
-    depth = plan.depth
+    depth = plan.layers  # an early exit draws only the layers it runs
     columns: dict[str, int] = {MAIN: 0}
     level: dict[str, float] = {MAIN: -1.0}  # where each stream's latest element sits; -1 = embeddings
     extend = 0

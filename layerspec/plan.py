@@ -23,6 +23,17 @@ step  stream  layer  kind  role
 Resolved against a decoder's per-layer sliding windows (``windows=``), plain forward steps keep their
 layer's window and converted steps drop it; the table then shows a window column.
 
+With ``exit_layer=m`` the plan stops after the decoder's first ``m`` layers (an early exit): the spec is
+resolved against those ``m`` layers, as if the decoder had been cut after layer ``m``, and the layers
+above never run. ``F* | M0B*2`` with ``exit_layer=3`` on a 4-layer decoder runs layers 0-2, the top two
+of them converted:
+
+>>> print(resolve(parse_spec("F* | M0B*2"), 4, exit_layer=3).table())
+step  stream  layer  kind  role
+   0  main        0  F     stack
+   1  main        1  M0B   stack
+   2  main        2  M0B   stack
+
 Limits, checked before anything proportional to them is built: a depth of at most :data:`MAX_DEPTH`
 (4096) layers, and at most :data:`STEPS_PER_LAYER` (32) steps per layer of the model in all (forks and
 merges included), so ``EXTEND`` and ``EXTRA`` cannot turn a small spec into a huge loop.
@@ -86,12 +97,33 @@ Step = LayerStep | Fork | Merge
 
 @dataclass(frozen=True)
 class Plan:
-    """A spec resolved against a model of ``depth`` layers (and its sliding ``windows``, if given)."""
+    """A spec resolved against a model of ``depth`` layers (and its sliding ``windows``, if given).
+
+    With an ``exit_layer`` the steps cover only the decoder's first ``exit_layer`` layers (the spec was
+    resolved against them); ``depth`` and ``windows`` stay the whole decoder's, so the plan is still
+    checked to be that decoder's.
+    """
 
     spec: Spec
     depth: int
     steps: tuple[Step, ...]
     windows: tuple[int | None, ...] | None = None  # the per-layer windows it was resolved with
+    exit_layer: int | None = None  # the main stream is read after this many layers; None: after all of them
+
+    @property
+    def name(self) -> str:
+        """What results are filed under: the canonical spec, and ``@ exit <m>`` for an early exit.
+
+        >>> from nosink.layerspec import parse_spec
+        >>> parse_spec("F* | B*2").resolve(6, exit_layer=4).name
+        'F* | B*2 @ exit 4'
+        """
+        return str(self.spec) if self.exit_layer is None else f"{self.spec} @ exit {self.exit_layer}"
+
+    @property
+    def layers(self) -> int:
+        """How many of the decoder's layers the main stack runs: ``exit_layer``, else ``depth``."""
+        return self.depth if self.exit_layer is None else self.exit_layer
 
     @property
     def layer_steps(self) -> tuple[LayerStep, ...]:
@@ -100,7 +132,7 @@ class Plan:
 
     @property
     def stack(self) -> tuple[Kind, ...]:
-        """The kind of each main-stack position, bottom up (``len == depth``)."""
+        """The kind of each main-stack position, bottom up (``len == layers``: ``depth`` unless it exits early)."""
         return tuple(s.kind for s in self.layer_steps if s.role == "stack")
 
     def table(self) -> str:
@@ -120,7 +152,9 @@ class Plan:
         return "\n".join(rows)
 
 
-def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None) -> Plan:
+def resolve(
+    spec: Spec, depth: int, windows: Sequence[int | None] | None = None, *, exit_layer: int | None = None
+) -> Plan:
     """Resolve ``spec`` for a decoder with ``depth`` layers.
 
     Args:
@@ -128,6 +162,10 @@ def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None)
         depth: the decoder's number of layers (``config.num_hidden_layers``), at most :data:`MAX_DEPTH`.
         windows: the decoder's own sliding window per layer (``None`` for full attention), ``depth``
             entries; plain forward steps keep theirs, converted steps drop it. ``None``: no windows.
+        exit_layer: stop after the decoder's first ``exit_layer`` layers (1 to ``depth``): the spec is
+            resolved against those layers only (its counts add up to ``exit_layer``, a fill segment fills
+            up to it, ``EXTEND`` reuses layer ``exit_layer - 1``) and the layers above never run.
+            ``None`` (default): all ``depth`` layers.
 
     Returns:
         The :class:`Plan`: which layer runs, with which kind and window, in which stream.
@@ -136,7 +174,8 @@ def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None)
         SpecError: if ``depth`` is not an integer from 1 to :data:`MAX_DEPTH`, the spec's positions do
             not add up to ``depth`` (or exceed it, with a fill segment), an EXTRA branch is deeper than
             the model, or the plan would take more than :data:`STEPS_PER_LAYER` steps per layer.
-        ValueError: if ``windows`` does not hold ``depth`` positive integers or ``None``.
+        ValueError: if ``windows`` does not hold ``depth`` positive integers or ``None``, or ``exit_layer``
+            is not an integer from 1 to ``depth``.
     """
     try:
         positive_int(depth, "model depth")
@@ -151,6 +190,21 @@ def resolve(spec: Spec, depth: int, windows: Sequence[int | None] | None = None)
         for w in windows:
             if w is not None:
                 positive_int(w, "a sliding window")
+    if exit_layer is not None:
+        # An early exit is the same spec on the decoder cut after layer exit_layer; only the plan's
+        # identity (depth, windows) stays the whole decoder's.
+        if positive_int(exit_layer, "exit_layer") > depth:
+            raise ValueError(f"exit_layer must be from 1 to the model's {depth} layers, got {exit_layer}")
+        try:
+            cut = resolve(spec, exit_layer, None if windows is None else windows[:exit_layer])
+        except SpecError as err:
+            raise SpecError(
+                f"{err.problem} (exit_layer={exit_layer} keeps the first {exit_layer} of {depth} layers)",
+                err.spec,
+                err.column,
+                err.expected,
+            ) from None
+        return Plan(spec, depth, cut.steps, windows, exit_layer)
     text = str(spec)
     placed = [seg for item in spec.items if not _is_extra_or_extend(item) for seg in _segs(item)]
     fixed = sum(seg.count for seg in placed if seg.count is not None)

@@ -162,16 +162,20 @@ class Spec:
     def __repr__(self) -> str:
         return f"Spec({self.items!r})"
 
-    def resolve(self, depth: int, windows: Sequence[int | None] | None = None) -> Plan:
+    def resolve(
+        self, depth: int, windows: Sequence[int | None] | None = None, *, exit_layer: int | None = None
+    ) -> Plan:
         """Compile this spec for a decoder of ``depth`` layers; see :func:`~nosink.layerspec.plan.resolve`.
 
         Raises:
-            SpecError: if the spec does not fit ``depth``, or its plan would be too large.
-            ValueError: if ``windows`` does not give one window (or ``None``) per layer.
+            SpecError: if the spec does not fit ``depth`` (or the first ``exit_layer`` layers), or its plan
+                would be too large.
+            ValueError: if ``windows`` does not give one window (or ``None``) per layer, or ``exit_layer``
+                is not from 1 to ``depth``.
         """
         from .plan import resolve
 
-        return resolve(self, depth, windows)
+        return resolve(self, depth, windows, exit_layer=exit_layer)
 
     @property
     def segments(self) -> tuple[Segment, ...]:

@@ -136,11 +136,17 @@ class EncoderFromDecoder(nn.Module):
             eval mode, no sliding window shorter than the batch). Same results to rounding.
             ``None`` (default): on CUDA only (on CPU it measured no faster); ``True``: on every
             device; ``False``: the dense mask everywhere. Also the attribute ``encoder.fast_attention``.
+        exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
+            and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
+            spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
+            layers 16-19) and the layers above never run. The final norm is applied at the exit, as at
+            the top: ``last_hidden_state`` is always normed, and ``hidden_states[-1]`` (no norm) equals
+            the stock model's ``output_hidden_states`` entry ``exit_layer``. ``None`` (default): all layers.
 
     Raises:
-        SpecError: if the spec is malformed or does not fit the decoder's depth.
+        SpecError: if the spec is malformed or does not fit the decoder's depth (or its first ``exit_layer`` layers).
         UnsupportedModelError: for an unsupported family or attention backend.
-        ValueError: if ``sink_token`` is not a non-empty string.
+        ValueError: if ``sink_token`` is not a non-empty string, or ``exit_layer`` is not from 1 to the depth.
     """
 
     def __init__(
@@ -151,6 +157,7 @@ class EncoderFromDecoder(nn.Module):
         *,
         sink_token: str = "auto",
         fast_attention: bool | None = None,
+        exit_layer: int | None = None,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -158,7 +165,8 @@ class EncoderFromDecoder(nn.Module):
         if not isinstance(spec, (str, Spec)):
             raise TypeError(f"spec must be a string or a Spec, got {type(spec).__name__}")
         self.spec = as_spec(spec)
-        self.plan = self.spec.resolve(self.parts.depth, windows=self.parts.windows)
+        self.exit_layer = exit_layer
+        self.plan = self.spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer)
         self.tokenizer = tokenizer
         self.sink_token = check_sink_token(sink_token)
         if fast_attention not in (None, True, False):
@@ -208,6 +216,7 @@ class EncoderFromDecoder(nn.Module):
         device: torch.device | str | None = None,
         attn_implementation: str = "sdpa",
         sink_token: str | None = None,
+        exit_layer: int | None = None,
         **hf_kwargs: Any,
     ) -> EncoderFromDecoder:
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
@@ -220,10 +229,12 @@ class EncoderFromDecoder(nn.Module):
             device: where to put the model.
             attn_implementation: ``"sdpa"`` (default) or ``"eager"`` (needed for attention weights).
             sink_token: see the class docstring; a saved encoder keeps its own unless given.
+            exit_layer: an early exit (see the class docstring); the layers above it are still loaded.
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
-            ValueError: if no spec is given for a plain decoder, or for a bad ``dtype`` or ``sink_token``.
+            ValueError: if no spec is given for a plain decoder, or for a bad ``dtype``, ``sink_token`` or
+                ``exit_layer`` (checked before any weights load).
             OSError: if the folder does not exist, or its files (``nosink.json``, weights) are missing,
                 corrupted, refused (pickle) or do not match its config.
             SpecError: if the spec is malformed or does not fit the model (raised before any weights load).
@@ -261,7 +272,7 @@ class EncoderFromDecoder(nn.Module):
         spec = as_spec(spec)
         config = load_config(source, **hf_kwargs)
         family_of(config)
-        spec.resolve(config.num_hidden_layers)
+        spec.resolve(config.num_hidden_layers, exit_layer=exit_layer)
         if saved is not None:
             check_saved(folder, saved, config)
         elif folder is not None:
@@ -272,7 +283,7 @@ class EncoderFromDecoder(nn.Module):
         tokenizer = load_tokenizer(source, **hf_kwargs)
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
-        encoder = cls(decoder, spec, tokenizer, sink_token=sink_token)
+        encoder = cls(decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer)
         return encoder.to(device) if device is not None else encoder
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -285,8 +296,17 @@ class EncoderFromDecoder(nn.Module):
 
         Raises:
             FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder.
+            ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
+                (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """
         from .loading import save_encoder
+
+        if self.exit_layer is not None:
+            raise ValueError(
+                f"this encoder exits after layer {self.exit_layer}, which a saved folder cannot record yet: save "
+                "EncoderFromDecoder.from_model(encoder.decoder, encoder.spec, encoder.tokenizer) and load it with "
+                f"from_pretrained(folder, exit_layer={self.exit_layer})"
+            )
 
         save_encoder(self, directory)
 
@@ -352,6 +372,9 @@ class EncoderFromDecoder(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """The last hidden state of the same batch under several specs, sharing their common lower layers.
 
+        Plans that exit early (``plan_for(spec, exit_layer=m)``) share lower layers too: ``F*`` at
+        exits 8, 12 and 16 runs 16 layers in all, and the final norm is applied at each exit.
+
         Steps that specs run identically from the bottom run once: the specs form a prefix tree,
         and each step of the tree runs once per batch. For ``F* | B*k`` with k = 1..n the forward
         layers run once in all, and for ``F* | B*(k-k0) | M0B*k0`` only the top k0 layers are
@@ -365,7 +388,8 @@ class EncoderFromDecoder(nn.Module):
                 with ``encoder.plan_for(spec)`` and passes the plans.
 
         Returns:
-            ``{canonical spec string: (B, T, D) last hidden state}``.
+            ``{plan name: (B, T, D) last hidden state}``; a plan's name (:attr:`Plan.name`) is the canonical
+            spec string, with ``" @ exit m"`` after it for a plan that exits early.
 
         Raises:
             SpecError: if a spec does not fit this decoder.
@@ -380,7 +404,7 @@ class EncoderFromDecoder(nn.Module):
         batch = self._prepare(input_ids, attention_mask)
         out: dict[str, torch.Tensor] = {}
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
-        return {str(plan.spec): out[str(plan.spec)] for plan in plans}
+        return {plan.name: out[plan.name] for plan in plans}
 
     def _run_tree(
         self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: _Batch, out: dict
@@ -392,23 +416,34 @@ class EncoderFromDecoder(nn.Module):
         groups: dict[Any, list[Plan]] = {}
         for plan in plans:
             if len(plan.steps) == cut:
-                out[str(plan.spec)] = self.parts.norm(streams[MAIN])
+                out[plan.name] = self.parts.norm(streams[MAIN])
             else:
                 groups.setdefault(plan.steps[cut], []).append(plan)
         for group in groups.values():
             self._run_tree(group, cut, dict(streams), batch, out)
 
-    def plan_for(self, spec: str | Spec | Plan) -> Plan:
+    def plan_for(self, spec: str | Spec | Plan, exit_layer: int | None = None) -> Plan:
         """``spec`` compiled for this decoder (its depth and its sliding windows), to run with :meth:`forward_specs`.
 
         The one place where specs are compiled for this decoder; callers that run many batches compile
-        once and pass the plans. A plan is checked to be this decoder's.
+        once and pass the plans. A plan is checked to be this decoder's and keeps its own exit.
+
+        Args:
+            spec: a spec string, a :class:`Spec`, or a :class:`Plan` (returned as it is once checked).
+            exit_layer: exit after this many layers (see the class docstring); ``None``: the encoder's
+                own ``exit_layer`` (all layers unless it was built with one). Pass the depth for a full plan
+                from an encoder that exits early.
 
         Raises:
-            SpecError: if the spec does not fit this decoder.
-            ValueError: if a plan was resolved for another depth or other windows.
+            SpecError: if the spec does not fit this decoder (or its first ``exit_layer`` layers).
+            ValueError: if a plan was resolved for another depth or other windows, if ``exit_layer`` is
+                out of range, or if a plan comes with another ``exit_layer`` than its own.
         """
         if isinstance(spec, Plan):
+            if exit_layer is not None and exit_layer != spec.exit_layer:
+                raise ValueError(
+                    f"the plan of {spec.name!r} is already resolved; pass its spec to plan_for with exit_layer"
+                )
             windows = spec.windows if spec.windows is not None else (None,) * spec.depth
             if spec.depth != self.parts.depth or windows != tuple(self.parts.windows):
                 raise ValueError(
@@ -418,7 +453,10 @@ class EncoderFromDecoder(nn.Module):
                 )
             return spec
         spec = as_spec(spec)
-        return self.plan if spec == self.spec else spec.resolve(self.parts.depth, windows=self.parts.windows)
+        exit_layer = self.exit_layer if exit_layer is None else exit_layer
+        if spec == self.spec and exit_layer == self.exit_layer:
+            return self.plan
+        return spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer)
 
     def _prepare(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eager: bool | None = None
@@ -571,7 +609,7 @@ class EncoderFromDecoder(nn.Module):
                 instruction is counted as tokenized together with each text).
         """
         return self.encode_specs(
-            [self.spec],
+            [self.plan],
             sentences,
             instruction,
             pooling=pooling,
@@ -584,11 +622,11 @@ class EncoderFromDecoder(nn.Module):
             max_length=max_length,
             padding_side=padding_side,
             template=template,
-        )[str(self.spec)]
+        )[self.plan.name]
 
     def encode_specs(
         self,
-        specs: Sequence[str | Spec],
+        specs: Sequence[str | Spec | Plan],
         sentences: str | Sequence[str],
         instruction: str | None = None,
         **kwargs: Any,
@@ -599,20 +637,24 @@ class EncoderFromDecoder(nn.Module):
         converted one run once per batch instead of once per spec.
 
         Args:
-            specs: the specs to encode with (this encoder's own spec need not be among them).
+            specs: the specs to encode with (this encoder's own spec need not be among them), or plans
+                from :meth:`plan_for`, e.g. one spec at several exits:
+                ``[encoder.plan_for(spec, exit_layer=m) for m in (8, 12, 16)]``. Specs exit where this
+                encoder does (``exit_layer``).
             sentences: one text or a list of texts.
             instruction: as for :meth:`encode`.
             **kwargs: any other argument of :meth:`encode`.
 
         Returns:
-            ``{canonical spec string: what encode() would return with that spec}``.
+            ``{plan name: what encode() would return with that spec}``: the canonical spec string, with
+            ``" @ exit m"`` after it for a plan that exits early (:attr:`Plan.name`).
 
         Raises:
             SpecError: if a spec does not fit this decoder.
             TypeError: if ``specs`` is one spec rather than a list of them, or as for :meth:`encode`.
             ValueError: as for :meth:`encode`.
         """
-        if isinstance(specs, (str, Spec)):
+        if isinstance(specs, (str, Spec, Plan)):
             raise TypeError(
                 f"specs must be a list of specs, got one {type(specs).__name__} ({printable(str(specs))!r}): "
                 "write encode_specs([spec], ...), or use encode() for the encoder's own spec"
@@ -624,7 +666,7 @@ class EncoderFromDecoder(nn.Module):
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()
         plans = [self.plan_for(spec) for spec in specs]
-        names = [str(plan.spec) for plan in plans]
+        names = [plan.name for plan in plans]
         texts, single = _texts.check_texts(sentences)
         template = opts.template
         formats = template.formats if template is not None else (None,)
@@ -684,7 +726,8 @@ class EncoderFromDecoder(nn.Module):
         return _texts.sink_ids(self.tokenizer, self.sink_token)
 
     def extra_repr(self) -> str:
-        return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"
+        exit_layer = "" if self.exit_layer is None else f", exit_layer={self.exit_layer}"
+        return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}{exit_layer}"
 
     def to_sentence_transformer(self, prompts: dict[str, str] | None = None, **kwargs: Any) -> Any:
         """This encoder as a ``sentence_transformers.SentenceTransformer`` (needs the ``st`` extra).
