@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -50,10 +51,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# The modules.json types that load_sentence_transformer() trusts: nosink's two modules and
-# sentence-transformers' own classes (which sentence-transformers imports without asking).
-_OWN_TYPES = frozenset({"nosink.models.st.NosinkTransformer", "nosink.models.st.NosinkPooling"})
 
 
 def _tokenize_batch(
@@ -270,6 +267,14 @@ class NosinkPooling(Module):
         self.save_config(output_path)
 
 
+# The modules.json types load_sentence_transformer() loads: exactly those to_sentence_transformer()'s
+# models write (sentence-transformers saves a module as "<class's module>.<class name>"), mapped to the
+# classes imported here, so that no type string is ever imported.
+_NOSINK_MODULES: dict[str, type[Module]] = {
+    f"{cls.__module__}.{cls.__qualname__}": cls for cls in (NosinkTransformer, NosinkPooling, Normalize)
+}
+
+
 def to_sentence_transformer(
     encoder: EncoderFromDecoder,
     prompts: Mapping[str, str] | None = None,
@@ -285,8 +290,9 @@ def to_sentence_transformer(
 
     ``model.encode(texts, prompt_name=name)`` equals ``encoder.encode(texts, instruction=prompts[name],
     pooling=pooling)`` (float32, to about 1e-5), and ``model.save(folder)`` writes a
-    sentence-transformers folder that :func:`load_sentence_transformer` (or ``SentenceTransformer(folder,
-    trust_remote_code=True)``) rebuilds.
+    sentence-transformers folder that :func:`load_sentence_transformer` rebuilds (without trusting any
+    code in the folder; ``SentenceTransformer(folder, trust_remote_code=True)`` rebuilds it too, but
+    runs whatever code the folder names).
 
     Args:
         encoder: the converted decoder, with its tokenizer.
@@ -318,35 +324,142 @@ def to_sentence_transformer(
     return model
 
 
-def load_sentence_transformer(path: str | Path, **kwargs: Any) -> SentenceTransformer:
-    """Load a folder saved from :func:`to_sentence_transformer`'s model, trusting only nosink's modules.
+def load_sentence_transformer(
+    path: str | Path,
+    *,
+    device: str | None = None,
+    prompts: Mapping[str, str | None] | None = None,
+    default_prompt_name: str | None = None,
+    similarity_fn_name: Literal["cosine", "dot", "euclidean", "manhattan"] | None = None,
+    truncate_dim: int | None = None,
+    model_kwargs: Mapping[str, Any] | None = None,
+) -> SentenceTransformer:
+    """Load a folder saved from :func:`to_sentence_transformer`'s model, running no code from the folder.
 
-    sentence-transformers (6.x) imports a module class outside its own package only with
-    ``trust_remote_code=True``; nosink's modules come from the installed ``nosink`` package, not from
-    the folder. This checks that ``modules.json`` names no other code than nosink's two modules and
-    sentence-transformers' own, then loads with that flag.
+    This reads ``modules.json`` itself and accepts only the module types nosink writes:
+    :class:`NosinkTransformer`, :class:`NosinkPooling` and sentence-transformers' ``Normalize``, each
+    built by its own ``load`` from the installed packages (never from the folder). Any other type is
+    refused before anything is loaded: sentence-transformers' ``Transformer`` (which would hand the
+    folder's ``config.json`` to transformers), a ``Router`` (whose routes name module types of their
+    own), or anything else. ``trust_remote_code`` is never passed, so transformers ignores an
+    ``auto_map`` in the folder's configs. The model-level settings of
+    ``config_sentence_transformers.json`` (``prompts``, ``default_prompt_name``,
+    ``similarity_fn_name``, ``truncate_dim``) are applied as ``SentenceTransformer(folder)`` applies
+    them: an argument given here wins over the saved value.
+
+    A plain ``SentenceTransformer(folder)`` refuses the folder (sentence-transformers 6 imports a
+    module class from outside its own package only with ``trust_remote_code=True``); with that flag it
+    would also run whatever code the folder names, which is why this function does not use it.
 
     Args:
         path: a local folder with ``modules.json``.
-        **kwargs: passed to ``SentenceTransformer`` (``device``, ``model_kwargs``, ...).
+        device: where the model runs (sentence-transformers' default: a GPU if there is one).
+        prompts: prompt name -> prompt; these win over the saved prompts of the same name.
+        default_prompt_name: the prompt used when ``encode()`` is given none (default: the saved one).
+        similarity_fn_name: what ``model.similarity`` computes (default: the saved one, else cosine).
+        truncate_dim: truncate sentence embeddings to this size (default: the saved one, else none).
+        model_kwargs: ``dtype`` (or ``torch_dtype``) and ``attn_implementation``, passed to
+            :meth:`EncoderFromDecoder.from_pretrained` (see :meth:`NosinkTransformer.load`).
 
     Raises:
-        OSError: if the folder has no readable ``modules.json``.
-        ValueError: if ``modules.json`` names a module class from another package.
+        OSError: if the folder has no readable ``modules.json``, or an unreadable
+            ``config_sentence_transformers.json``.
+        ValueError: if ``modules.json`` names a module type nosink does not write, or a module path
+            outside the folder, or the saved ``model_type`` is not ``SentenceTransformer``.
     """
-    file = Path(path) / "modules.json"
+    folder = Path(path)
+    entries = _read_modules_json(folder)
+    settings = _read_st_config(folder)
+
+    modules: OrderedDict[str, torch.nn.Module] = OrderedDict()
+    module_kwargs: OrderedDict[str, Any] = OrderedDict()
+    for entry in entries:  # every entry was checked before any is loaded
+        cls = _NOSINK_MODULES[entry["type"]]
+        where = dict(subfolder=entry["path"], local_files_only=True)  # the local folder only, never the hub
+        if cls is NosinkTransformer:
+            module = NosinkTransformer.load(str(folder), model_kwargs=model_kwargs, **where)
+        else:
+            module = cls.load(str(folder), **where)
+        modules[str(entry["name"])] = module
+        module_kwargs[str(entry["name"])] = entry.get("kwargs", [])
+
+    # What SentenceTransformer(folder) does with config_sentence_transformers.json (_parse_model_config):
+    # a saved prompt fills a name not given here (or given as None); the other settings apply when not given.
+    merged = dict(prompts or {})
+    for name, prompt in (settings.get("prompts") or {}).items():
+        if merged.get(name) is None:
+            merged[name] = prompt
+    if default_prompt_name is None:
+        default_prompt_name = settings.get("default_prompt_name")
+    saved_similarity = settings.get("similarity_fn_name")
+    if similarity_fn_name is None and saved_similarity in SentenceTransformer.SUPPORTED_SIMILARITY_FN_NAMES:
+        similarity_fn_name = saved_similarity
+    if truncate_dim is None:
+        truncate_dim = settings.get("truncate_dim")
+    model = SentenceTransformer(
+        modules=modules,
+        device=device,
+        prompts=merged,
+        default_prompt_name=default_prompt_name,
+        similarity_fn_name=similarity_fn_name,
+        truncate_dim=truncate_dim,
+    )
+    model.module_kwargs = module_kwargs  # as a folder load sets it (modules.json's per-module "kwargs")
+    return model
+
+
+def _read_modules_json(folder: Path) -> list[dict[str, Any]]:
+    """``modules.json``'s entries, each checked: a type nosink writes, a name, a relative path inside ``folder``.
+
+    Raises:
+        OSError: if the file is missing or not JSON.
+        ValueError: for an entry of another type (the type and the file are named), or a bad path.
+    """
+    file = folder / "modules.json"
     try:
-        entries = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise OSError(f"{file} is missing or unreadable ({err}); is {path} a sentence-transformers folder?") from None
-    foreign = [e.get("type") for e in entries if e.get("type") not in _OWN_TYPES]
-    foreign = [t for t in foreign if not str(t).startswith("sentence_transformers.")]
-    if foreign:
-        raise ValueError(
-            f"{file} names module classes outside nosink and sentence-transformers: {foreign}; "
-            "load it with SentenceTransformer(..., trust_remote_code=True) if you trust that code"
-        )
-    return SentenceTransformer(str(path), trust_remote_code=True, **kwargs)
+        entries = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise OSError(f"{file} is missing or unreadable ({err}); is {folder} a sentence-transformers folder?") from None
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{file} is not a list of module entries")
+    for i, entry in enumerate(entries):
+        kind = entry.get("type")
+        if not isinstance(kind, str) or kind not in _NOSINK_MODULES:
+            raise ValueError(
+                f"{file} names module type {kind!r} (entry {i}), which load_sentence_transformer() does not load: "
+                f"it loads only the module types nosink writes ({', '.join(sorted(_NOSINK_MODULES))}) and runs no "
+                "code from the folder. If you trust the folder and all the code it names, load it with "
+                "SentenceTransformer(folder, trust_remote_code=True)"
+            )
+        sub = entry.get("path")
+        if not isinstance(sub, str) or "name" not in entry:
+            raise ValueError(f"{file}: entry {i} ({kind}) has no name or no path")
+        where = PureWindowsPath(sub)
+        if where.anchor or ".." in where.parts or "\0" in sub:
+            raise ValueError(f"{file}: entry {i} ({kind}) has path {sub!r}; expected a relative path inside the folder")
+    return entries
+
+
+def _read_st_config(folder: Path) -> dict[str, Any]:
+    """``config_sentence_transformers.json`` (``{}`` when absent), with a ``model_type`` nosink writes.
+
+    Raises:
+        OSError: if the file is there but not JSON.
+        ValueError: if it names another ``model_type`` than ``SentenceTransformer``.
+    """
+    file = folder / "config_sentence_transformers.json"
+    if not file.is_file():
+        return {}
+    try:
+        settings = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise OSError(f"{file} is unreadable ({err})") from None
+    if not isinstance(settings, dict):
+        raise OSError(f"{file} is not a JSON object")
+    kind = settings.get("model_type", "SentenceTransformer")
+    if kind != "SentenceTransformer":
+        raise ValueError(f"{file} names model_type {kind!r}; nosink writes SentenceTransformer folders only")
+    return settings
 
 
 def mteb_model(

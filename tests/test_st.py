@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,15 +160,156 @@ def test_saved_folder_is_a_sentence_transformers_folder_and_an_encoder_folder(tm
     np.testing.assert_allclose(trusted.encode(TEXTS, prompt_name="sts"), expected, atol=1e-5)
 
 
-def test_load_refuses_folders_naming_other_code(tmp_path):
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "evil_package.Module",
+        "sentence_transformers.sentence_transformer.modules.Pooling",  # to_sentence_transformer never writes it
+        "sentence_transformers.base.modules.dense.Dense",
+        "nosink.models.st.NosinkTransformerX",
+        "nosink.models.st.load_sentence_transformer",
+        None,
+    ],
+)
+def test_load_refuses_module_types_nosink_does_not_write(tmp_path, kind):
     to_sentence_transformer(make()).save(str(tmp_path))
     modules = json.loads((tmp_path / "modules.json").read_text())
-    modules.append({"idx": 2, "name": "2", "path": "2_Evil", "type": "evil_package.Module"})
+    modules.append({"idx": 2, "name": "2", "path": "2_Other", "type": kind})
     (tmp_path / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ValueError, match=r"evil_package\.Module"):
+    with pytest.raises(ValueError, match=rf"modules\.json names module type {re.escape(repr(kind))} \(entry 2\)"):
         load_sentence_transformer(tmp_path)
     with pytest.raises(OSError, match=r"modules\.json"):
         load_sentence_transformer(tmp_path / "absent")
+
+
+def _write_evil_code(folder: Path, marker: Path) -> None:
+    """Code an ``auto_map`` in ``folder``'s ``config.json`` points at, which writes ``marker`` when imported."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "evil.py").write_text(
+        "from pathlib import Path\n"
+        f"Path({str(marker)!r}).write_text('the folder ran its code')\n"
+        "from transformers import PretrainedConfig, PreTrainedModel\n"
+        "class EvilConfig(PretrainedConfig):\n"
+        "    model_type = 'evil'\n"
+        "class EvilModel(PreTrainedModel):\n"
+        "    config_class = EvilConfig\n"
+    )
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}
+    config.setdefault("model_type", "evil")
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture
+def hf_modules(tmp_path, monkeypatch):
+    # where transformers would copy a folder's code to import it: not the user's cache, should a test fail
+    import transformers.dynamic_module_utils as dynamic
+
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))
+
+
+@pytest.mark.parametrize(
+    "kind", ["sentence_transformers.models.Transformer", "sentence_transformers.base.modules.transformer.Transformer"]
+)
+def test_load_never_runs_code_from_a_folder_naming_a_transformer(tmp_path, hf_modules, kind):
+    # sentence-transformers' Transformer hands the folder's config.json to transformers, which with
+    # trust_remote_code=True imports the auto_map's evil.py
+    folder, marker = tmp_path / "evil", tmp_path / "marker"
+    _write_evil_code(folder, marker)
+    (folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": kind}]))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(folder / 'modules.json'))} names module type '{kind}'"):
+        load_sentence_transformer(folder)
+    assert not marker.exists()
+
+
+def test_load_refuses_a_router_even_of_nosink_modules(tmp_path, hf_modules):
+    from sentence_transformers.base.modules import Router
+
+    encoder = make()
+    router = Router.for_query_document([NosinkTransformer(encoder)], [NosinkTransformer(encoder)])
+    SentenceTransformer(modules=[router, NosinkPooling(32)], device="cpu").save(str(tmp_path / "router"))
+    with pytest.raises(ValueError, match=r"module type 'sentence_transformers\.base\.modules\.router\.Router'"):
+        load_sentence_transformer(tmp_path / "router")
+    # a route naming code of its own is never reached
+    config_file = tmp_path / "router" / "router_config.json"
+    config = json.loads(config_file.read_text())
+    route = next(iter(config["types"]))
+    config["types"][route] = "sentence_transformers.base.modules.transformer.Transformer"
+    config_file.write_text(json.dumps(config))
+    _write_evil_code(tmp_path / "router" / route, tmp_path / "marker")
+    # transformers looks for a subfolder's auto_map code in the repository's root
+    (tmp_path / "router" / "evil.py").write_text((tmp_path / "router" / route / "evil.py").read_text())
+    with pytest.raises(ValueError, match=r"Router"):
+        load_sentence_transformer(tmp_path / "router")
+    assert not (tmp_path / "marker").exists()
+
+
+def test_load_ignores_an_auto_map_in_a_nosink_folder(tmp_path, hf_modules):
+    # nosink's own module type, with code that transformers would import if trusted: loads, runs none of it
+    encoder = make()
+    to_sentence_transformer(encoder, PROMPTS).save(str(tmp_path / "model"))
+    _write_evil_code(tmp_path / "model", tmp_path / "marker")
+    tokenizer_config = tmp_path / "model" / "tokenizer_config.json"
+    tokenizer_config.write_text(json.dumps(json.loads(tokenizer_config.read_text()) | {"auto_map": {}}))
+    loaded = load_sentence_transformer(tmp_path / "model")
+    expected = encoder.encode(TEXTS, PROMPTS["query"])
+    np.testing.assert_allclose(loaded.encode(TEXTS, prompt_name="query"), expected, atol=1e-5)
+    assert not (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("path", ["../elsewhere", "/etc", "C:\\x", "a\\..\\..\\b"])
+def test_load_refuses_module_paths_outside_the_folder(tmp_path, path):
+    to_sentence_transformer(make()).save(str(tmp_path))
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    modules[1]["path"] = path
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match="expected a relative path inside the folder"):
+        load_sentence_transformer(tmp_path)
+
+
+def test_load_refuses_another_model_type(tmp_path):
+    to_sentence_transformer(make()).save(str(tmp_path))
+    file = tmp_path / "config_sentence_transformers.json"
+    file.write_text(json.dumps(json.loads(file.read_text()) | {"model_type": "SparseEncoder"}))
+    with pytest.raises(ValueError, match="model_type 'SparseEncoder'"):
+        load_sentence_transformer(tmp_path)
+
+
+def test_load_keeps_the_saved_settings_as_sentence_transformers_does(tmp_path):
+    encoder = make()
+    model = to_sentence_transformer(
+        encoder, PROMPTS, normalize=True, default_prompt_name="sts", similarity_fn_name="dot"
+    )
+    model.truncate_dim = 16
+    model.save(str(tmp_path))
+    loaded = load_sentence_transformer(tmp_path)
+    trusted = SentenceTransformer(str(tmp_path), trust_remote_code=True)  # the reference, on a folder we wrote
+    assert [type(m) for m in loaded] == [type(m) for m in trusted] == [type(m) for m in model]
+    for name in ("prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim", "max_seq_length"):
+        assert getattr(loaded, name) == getattr(trusted, name), name
+    assert loaded.prompts == model.prompts and loaded.default_prompt_name == "sts"
+    assert loaded.similarity_fn_name == "dot" and loaded.truncate_dim == 16
+    vectors = loaded.encode(TEXTS)  # the default prompt, truncated
+    np.testing.assert_allclose(vectors, trusted.encode(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(vectors, model.encode(TEXTS), atol=1e-5)
+    assert vectors.shape == (len(TEXTS), 16)
+    np.testing.assert_allclose(loaded.similarity(vectors, vectors), vectors @ vectors.T, atol=1e-5)
+    # arguments win over the saved settings, as they do for SentenceTransformer(folder, ...)
+    kwargs = dict(
+        prompts={"sts": "why is ", "new": "who is "},
+        default_prompt_name="query",
+        similarity_fn_name="euclidean",
+        truncate_dim=8,
+    )
+    mine = load_sentence_transformer(tmp_path, **kwargs)
+    theirs = SentenceTransformer(str(tmp_path), trust_remote_code=True, **kwargs)
+    for name in ("prompts", "default_prompt_name", "similarity_fn_name", "truncate_dim"):
+        assert getattr(mine, name) == getattr(theirs, name), name
+    assert mine.prompts["sts"] == "why is " and mine.prompts["query"] == PROMPTS["query"]
+    new = mine.encode(TEXTS, prompt_name="new")
+    np.testing.assert_allclose(new, theirs.encode(TEXTS, prompt_name="new"), atol=1e-6)
+    with pytest.raises(TypeError):
+        load_sentence_transformer(tmp_path, trust_remote_code=True)
 
 
 def test_bad_arguments():
