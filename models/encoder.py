@@ -294,6 +294,9 @@ class EncoderFromDecoder(nn.Module):
         beside it and swapped in, so a failure part-way leaves the old encoder intact, and files of the
         old one (a tokenizer the new encoder lacks) do not survive.
 
+        A save killed part-way (``kill -9``) leaves a hidden ``.NAME.tmp-*`` sibling behind; the next save
+        to the same folder removes it, and logs that it did (see :func:`nosink.models.loading.replacing`).
+
         Raises:
             FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder.
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet

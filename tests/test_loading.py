@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -318,3 +319,119 @@ def test_fetch_wheels_reports_pip_failing(tmp_path, monkeypatch):
     _fake_pip(monkeypatch, b"", returncode=1)
     with pytest.raises(RuntimeError, match=r"pip could not download pkg==1\.0:\nERROR: no such package"):
         fetch_wheels([Wheel("pkg==1.0", "0" * 64)], tmp_path)
+
+
+# --------------------------------------------------------------------------- a save killed part-way (kill -9)
+
+
+def _killed_save(folder, when):
+    """Save ``_new()`` over ``folder`` in a forked child that SIGKILLs itself ``when``: no cleanup runs."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        try:
+            new = _new()
+            if when == "weights":
+
+                def weights(*args, **kwargs):
+                    type(new.decoder).save_pretrained(new.decoder, *args, **kwargs)
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+                new.decoder.save_pretrained = weights
+            else:  # between the two renames of the swap
+                real = os.rename
+                os.rename = lambda src, dst: real(src, dst) if ".tmp-old-" in str(dst) else os.kill(os.getpid(), 9)
+            new.save_pretrained(folder)
+        finally:
+            os._exit(3)  # reached only if the kill did not happen
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@needs_fork
+def test_a_save_killed_while_writing_leaves_a_partial_copy_that_the_next_save_removes(tmp_path, caplog):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    _killed_save(folder, "weights")
+    (partial,) = _others(folder)
+    assert re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial) and (tmp_path / partial / "model.safetensors").is_file()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)  # the folder itself is untouched
+    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        _new().save_pretrained(folder)
+    assert _others(folder) == []
+    assert f"removed {tmp_path / partial} (a partial copy a killed save left)" in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+@needs_fork
+def test_a_save_killed_between_its_renames_says_where_the_old_encoder_is(tmp_path, monkeypatch, caplog):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    _killed_save(folder, "renames")
+    assert not folder.exists()
+    aside, partial = sorted(_others(folder), key=lambda name: ".tmp-old-" not in name)
+    assert re.fullmatch(r"\.enc\.tmp-old-[0-9a-f]{12}", aside) and re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial)
+    hint = f"an interrupted save left the previous encoder in {re.escape(str(tmp_path / aside))}: rename that folder"
+    with pytest.raises(FileNotFoundError, match=f"^no model folder at {re.escape(str(folder))}: .*; but {hint} to enc"):
+        EncoderFromDecoder.from_pretrained(folder)
+    monkeypatch.chdir(tmp_path)  # "enc" then reads as a hub id: the hint comes all the same
+    with pytest.raises(OSError, match=r"^enc is not a local folder, .*; but an interrupted save left the previous"):
+        EncoderFromDecoder.from_pretrained("enc", spec="F*")
+    (tmp_path / aside).rename(folder)  # as the message says
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)
+
+    _killed_save(folder, "renames")  # again, and this time save over it instead of restoring
+    leftovers = _others(folder)
+    assert len(leftovers) == 2 and not folder.exists()  # the new copy and the old one (the first kill's copy went)
+    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        _new().save_pretrained(folder)
+    assert _others(folder) == []
+    for name in leftovers:
+        assert str(tmp_path / name) in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds(tmp_path, caplog):
+    import fcntl
+
+    folder = tmp_path / "enc"
+    _old().save_pretrained(folder)
+    kept = [
+        ".enc.tmp-notes",
+        ".enc.tmp-ABCDEF012345",
+        ".enc.tmp-0123456789abc",
+        ".other.tmp-0123456789ab",
+        "enc.tmp-0123456789ab",
+    ]
+    for name in kept:
+        (tmp_path / name).mkdir()
+    (tmp_path / ".enc.tmp-old-0123456789ab").write_text("a file, not a folder nosink made")
+    live, stale = tmp_path / ".enc.tmp-aaaaaaaaaaaa", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
+    live.mkdir(), stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"partial")
+    held = os.open(live, os.O_RDONLY)  # as a save that is writing it holds it
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+            _new().save_pretrained(folder)
+    finally:
+        os.close(held)
+    assert _others(folder) == sorted([*kept, ".enc.tmp-old-0123456789ab", live.name])
+    assert str(stale) in caplog.text and str(live) not in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+def test_a_save_leaves_leftovers_made_after_it_began(tmp_path, monkeypatch):
+    import nosink.models.loading as loading
+
+    folder, stale = tmp_path / "enc", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
+    _old().save_pretrained(folder)
+    stale.mkdir()
+    monkeypatch.setattr(loading.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
+    _new().save_pretrained(folder)
+    monkeypatch.undo()
+    assert _others(folder) == [stale.name]
+    _old().save_pretrained(folder)  # a save that began after it removes it
+    assert _others(folder) == []
