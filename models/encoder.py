@@ -298,7 +298,9 @@ class EncoderFromDecoder(nn.Module):
         to the same folder removes it, and logs that it did (see :func:`nosink.models.loading.replacing`).
 
         Raises:
-            FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder.
+            FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder,
+                or the current working directory or a folder above it (``save_pretrained(".")`` from
+                inside the folder: replacing it would leave the process in a deleted folder).
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
                 (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """

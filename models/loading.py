@@ -198,15 +198,28 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
     """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
 
     The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
-    files, and a failure part-way leaves the previous folder as it was. Returns the folder written.
+    files, and a failure part-way leaves the previous folder as it was. Returns the folder written
+    (absolute: ``~``, ``.``, ``..`` and links resolved).
 
     Raises:
-        FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder
-            (no ``nosink.json``): nosink never deletes a folder it did not write.
+        FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder
+            (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
+            directory or a folder above it (replacing it would leave the process in a deleted folder).
     """
-    directory = Path(os.path.expanduser(os.fspath(directory)))
-    if directory.is_symlink():
-        directory = directory.resolve()  # replace what the link points to, keep the link
+    given = printable(os.fspath(directory))
+    directory = Path(os.path.expanduser(os.fspath(directory))).resolve()  # a link: replace what it points to
+    if not directory.name:
+        raise FileExistsError(f"{given} is the filesystem root: save the encoder to a folder")
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if cwd is not None and (cwd == directory or directory in cwd.parents):
+        raise FileExistsError(
+            f"refusing to save to {given} ({printable(str(directory))}): it is the current working directory or "
+            "holds it, and replacing it would leave this process in a deleted folder; save from another "
+            "directory, or to another folder"
+        )
     if directory.exists():
         if not directory.is_dir():
             raise FileExistsError(f"{printable(str(directory))} is a file: save the encoder to a folder")

@@ -435,3 +435,30 @@ def test_a_save_leaves_leftovers_made_after_it_began(tmp_path, monkeypatch):
     assert _others(folder) == [stale.name]
     _old().save_pretrained(folder)  # a save that began after it removes it
     assert _others(folder) == []
+
+
+# --------------------------------------------------------------------------- paths that name the current folder
+
+
+@pytest.mark.parametrize("name", [".", "..", "./", "sub/..", "~"])
+def test_a_save_refuses_to_replace_the_current_directory_or_one_above_it(tmp_path, monkeypatch, name):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    (folder / "sub").mkdir()
+    monkeypatch.chdir(folder / "sub" if name == ".." else folder)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(FileExistsError, match=r"it is the current working directory or holds it"):
+        _new().save_pretrained(name)
+    (folder / "sub").rmdir()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)
+    assert _others(folder) == []
+
+
+def test_a_save_to_a_path_with_dot_dot_replaces_the_folder_it_names(tmp_path, monkeypatch):
+    _old().save_pretrained(tmp_path / "enc")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    new = _new()
+    new.save_pretrained("../enc/sub/..")
+    _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / "enc"), new)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "work"] and list((tmp_path / "work").iterdir()) == []
