@@ -429,12 +429,16 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
     ``subfolder`` are ignored.
 
     Raises:
-        OSError: if there is no such local folder or hub model (saying which of the two the name was read as).
+        OSError: if there is no such local folder or hub model (saying which of the two the name was read as),
+            or a local folder has no ``config.json`` (and no ``gguf_file`` is given).
     """
     from transformers import AutoConfig
 
     folder = local_folder(name_or_path)
     if folder is not None:
+        where = folder / hf_kwargs["subfolder"] if hf_kwargs.get("subfolder") else folder
+        if not hf_kwargs.get("gguf_file") and not (where / "config.json").is_file():
+            raise OSError(f"no config.json in {printable(str(where))}: not a model folder")
         return AutoConfig.from_pretrained(str(folder), **_keep(hf_kwargs, _CONFIG_KWARGS))
     name = os.fspath(name_or_path)
     try:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from tiny import tiny_decoder, tiny_tokenizer
 
-from nosink import EncoderFromDecoder, UnsupportedModelError
+from nosink import EncoderFromDecoder, SpecError, UnsupportedModelError
 
 
 def _old():
@@ -193,10 +193,25 @@ def test_a_missing_folder_is_named_as_missing(tmp_path, monkeypatch, name, spec)
         EncoderFromDecoder.from_pretrained(name, spec=spec)
 
 
-def test_a_hub_id_without_a_spec_says_it_was_read_as_one(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"someone/model \(no local folder of that name: read as a hub model id\)"):
-        EncoderFromDecoder.from_pretrained("someone/model")
+@pytest.mark.parametrize("name", ["someone/model", "s/nope"])
+def test_a_hub_id_that_does_not_resolve_says_so_not_give_a_spec(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # "s/nope": a relative path with a typo and one slash reads as a hub id
+    with pytest.raises(OSError, match=f"^{name} is not a local folder, and as a hub model id it could not") as err:
+        EncoderFromDecoder.from_pretrained(name)
+    assert "give a spec" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec", [None, "F*"])
+def test_a_folder_without_config_json_is_not_a_model_folder(tmp_path, monkeypatch, spec):
+    home = tmp_path / "home\x1b]0;x\x07"  # quoted in the message, never sent to the terminal
+    home.mkdir()
+    (home / "notes.txt").write_text("not a model")
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(OSError, match=r"^no config\.json in .*home\\x1b\]0;x\\x07: not a model folder$"):
+        EncoderFromDecoder.from_pretrained("~", spec)
+    (home / "nosink.json").write_text(json.dumps({"format": 1, "spec": "F*"}))  # a saved encoder without config
+    with pytest.raises(OSError, match=r"^no config\.json in .*: not a model folder$"):
+        EncoderFromDecoder.from_pretrained("~", spec)
 
 
 @pytest.mark.parametrize("name", ["missing_dir", "someone/model", "bad name!"])
@@ -462,3 +477,38 @@ def test_a_save_to_a_path_with_dot_dot_replaces_the_folder_it_names(tmp_path, mo
     new.save_pretrained("../enc/sub/..")
     _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / "enc"), new)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "work"] and list((tmp_path / "work").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- nosink.json problems name the file
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"), [("F* | @", "unexpected character"), ("F*99", "")], ids=["malformed", "too-deep"]
+)
+def test_a_bad_spec_in_nosink_json_names_the_file(tmp_path, capsys, spec, problem):
+    from nosink.cli import main
+
+    folder = tmp_path / "enc1"
+    _old().save_pretrained(folder)
+    meta = json.loads((folder / "nosink.json").read_text())
+    (folder / "nosink.json").write_text(json.dumps({**meta, "spec": spec}))
+    with pytest.raises(SpecError, match=f"^in {re.escape(str(folder / 'nosink.json'))}: {problem}") as err:
+        EncoderFromDecoder.from_pretrained(folder)
+    assert err.value.spec == spec  # the caret lines still point into the spec
+    assert main(["encode", str(folder), "--text", "paris", "-o", str(tmp_path / "v.npy")]) == 2
+    assert f"nosink: error: bad spec: in {folder / 'nosink.json'}: {problem}" in capsys.readouterr().err
+    with pytest.raises(SpecError) as err:  # a spec the caller gives is the caller's: no file named
+        EncoderFromDecoder.from_pretrained(folder, spec=spec)
+    assert "nosink.json" not in str(err.value)
+
+
+def test_a_sink_token_that_is_not_a_token_is_refused_at_load_naming_the_file(tmp_path):
+    _old().save_pretrained(tmp_path)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    (tmp_path / "nosink.json").write_text(json.dumps({**meta, "sink_token": "<nope>"}))
+    file = re.escape(str(tmp_path / "nosink.json"))
+    with pytest.raises(OSError, match=f"^{file}: sink_token '<nope>' is not a token of this tokenizer"):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+    assert EncoderFromDecoder.from_pretrained(tmp_path, sink_token="none").sink_token == "none"
+    with pytest.raises(ValueError, match=r"^sink_token '<nope>' is not a token of this tokenizer"):
+        EncoderFromDecoder.from_pretrained(tmp_path, sink_token="<nope>")
