@@ -233,15 +233,23 @@ class EncoderFromDecoder(nn.Module):
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
-            ValueError: if no spec is given for a plain decoder, or for a bad ``dtype``, ``sink_token`` or
-                ``exit_layer`` (checked before any weights load).
-            OSError: if the folder does not exist, or its files (``nosink.json``, weights) are missing,
-                corrupted, refused (pickle) or do not match its config.
-            SpecError: if the spec is malformed or does not fit the model (raised before any weights load).
+            ValueError: if no spec is given for a plain decoder (whose config loads), or for a bad ``dtype``,
+                ``sink_token`` or ``exit_layer`` (checked before any weights load; a ``sink_token`` that is
+                not a token of the tokenizer, once the tokenizer is loaded).
+            OSError: if the folder does not exist (saying so when an interrupted save left the previous
+                encoder in a ``.NAME.tmp-old-*`` sibling), has no ``config.json``, or its files
+                (``nosink.json``, weights) are missing, corrupted, refused (pickle) or do not match its
+                config; if a hub id does not resolve; if the ``sink_token`` of ``nosink.json`` is not a
+                token of the saved tokenizer (naming the file).
+            SpecError: if the spec is malformed or does not fit the model (raised before any weights load);
+                for the spec of ``nosink.json``, the message starts with ``in PATH/nosink.json:``.
             UnsupportedModelError: for an unsupported family or attention backend (also before any weights load).
         """
+        from nosink.layerspec import SpecError
+
         from .families import check_attention, family_of
         from .loading import (
+            SAVED_FILE,
             check_dtype,
             check_saved,
             check_weights,
@@ -261,18 +269,24 @@ class EncoderFromDecoder(nn.Module):
         folder = local_folder(name_or_path)
         source = str(folder) if folder is not None else str(name_or_path)
         saved = read_saved(folder) if folder is not None else None
-        if spec is None:
-            if saved is None:
-                hub = "" if folder is not None else " (no local folder of that name: read as a hub model id)"
-                raise ValueError(
-                    f"{printable(source)}{hub} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
-                    "or spec=nosink.presets.mask0_bidir(k=4)"
-                )
-            spec = saved["spec"]
-        spec = as_spec(spec)
-        config = load_config(source, **hf_kwargs)
-        family_of(config)
-        spec.resolve(config.num_hidden_layers, exit_layer=exit_layer)
+        # A spec from nosink.json is the file's problem, not the caller's: its errors name the file.
+        spec_file = printable(str(folder / SAVED_FILE)) if spec is None and saved is not None else None
+        if spec is None and saved is None:
+            load_config(source, **hf_kwargs)  # a missing folder, config or hub model first: not "give a spec"
+            hub = "" if folder is not None else " (no local folder of that name: read as a hub model id)"
+            raise ValueError(
+                f"{printable(source)}{hub} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
+                "or spec=nosink.presets.mask0_bidir(k=4)"
+            )
+        try:
+            spec = as_spec(saved["spec"] if spec is None and saved is not None else spec)
+            config = load_config(source, **hf_kwargs)
+            family_of(config)
+            spec.resolve(config.num_hidden_layers, exit_layer=exit_layer)
+        except SpecError as err:
+            if spec_file is None:
+                raise
+            raise SpecError(f"in {spec_file}: {err.problem}", err.spec, err.column, err.expected) from None
         if saved is not None:
             check_saved(folder, saved, config)
         elif folder is not None:
@@ -281,9 +295,18 @@ class EncoderFromDecoder(nn.Module):
             source, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
         )
         tokenizer = load_tokenizer(source, **hf_kwargs)
+        sink_file = None
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
+            sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
         encoder = cls(decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer)
+        if tokenizer is not None:
+            try:
+                encoder.sink_ids()  # a sink token the tokenizer lacks fails here, not at the first encode()
+            except ValueError as err:
+                if sink_file is None:
+                    raise
+                raise OSError(f"{sink_file}: {err}") from None
         return encoder.to(device) if device is not None else encoder
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -294,8 +317,13 @@ class EncoderFromDecoder(nn.Module):
         beside it and swapped in, so a failure part-way leaves the old encoder intact, and files of the
         old one (a tokenizer the new encoder lacks) do not survive.
 
+        A save killed part-way (``kill -9``) leaves a hidden ``.NAME.tmp-*`` sibling behind; the next save
+        to the same folder removes it, and logs that it did (see :func:`nosink.models.loading.replacing`).
+
         Raises:
-            FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder.
+            FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder,
+                or the current working directory or a folder above it (``save_pretrained(".")`` from
+                inside the folder: replacing it would leave the process in a deleted folder).
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
                 (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """

