@@ -51,6 +51,7 @@ __all__ = [
     "join_words",
     "pad",
     "pad_id",
+    "read_lines",
     "sink_ids",
     "tokenize",
     "warn_about",
@@ -217,6 +218,33 @@ def check_texts(sentences: Any, name: str = "sentences") -> tuple[list[str], boo
             hint = ": decode it first, e.g. text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
             raise ValueError(f"{name}[{i}] is a {type(text).__name__}, not a string{hint}")
     return [str(t) for t in texts], False  # numpy's str_ becomes a plain str
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
+
+    Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
+    that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
+    ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
+    newline does not start another line. The CLI's text files and the evaluations' line-based data
+    files are read with it.
+
+    Raises:
+        OSError: if the file cannot be read.
+        ValueError: if it is not UTF-8.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{printable(str(path))} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def sink_ids(tokenizer: Any, sink_token: str = "auto") -> list[int]:

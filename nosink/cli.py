@@ -19,8 +19,9 @@ from typing import Any
 
 from nosink.evals.demo import DEMO_SPEC
 from nosink.layerspec.checks import positive_int, printable
+from nosink.models.texts import read_lines
 
-__all__ = ["DATA_ENV", "main", "read_lines"]
+__all__ = ["DATA_ENV", "main"]
 
 DATA_ENV = "NOSINK_DATA"  # a folder of local evaluation data: conll2003/, stsb/, banking77/, ...
 
@@ -205,32 +206,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # --- inputs -----------------------------------------------------------------------------------------
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
-
-    Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
-    that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
-    ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
-    newline does not start another line.
-
-    Raises:
-        OSError: if the file cannot be read.
-        ValueError: if it is not UTF-8.
-    """
-    path = Path(path)
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{printable(str(path))} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _texts_of(path: Path) -> list[str]:

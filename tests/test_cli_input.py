@@ -13,8 +13,9 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 import nosink
 from nosink import EncoderFromDecoder
-from nosink.cli import main, read_lines
+from nosink.cli import main
 from nosink.evals.ner import Sentence
+from nosink.models.texts import read_lines
 
 
 @pytest.fixture
