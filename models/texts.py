@@ -117,8 +117,8 @@ class Template:
             raise ValueError(f"a template's target must be 'text' or 'last', got {printable(repr(self.target))}")
         if self.target == "last" and self.copy is not None:
             raise ValueError("copy picks the copy of the text to pool; target='last' pools the prompt's last token")
-        if self.copy is not None and (isinstance(self.copy, bool) or not isinstance(self.copy, int) or self.copy < 1):
-            raise ValueError(f"copy counts the copies of the text from 1, got {printable(repr(self.copy))}")
+        if self.copy is not None:
+            positive_int(self.copy, "copy")
         for fmt in formats:
             copies = fmt.count(TEXT)
             if self.target == "text" and self.copy is None and copies > 1:

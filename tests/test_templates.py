@@ -189,7 +189,7 @@ def test_slow_tokenizers_tokenize_the_pieces_apart():
         ({"formats": ("{text} ok", "missing")}, ValueError, r"'missing' has no \{text\}"),
         ({"formats": "{text} and {text}"}, ValueError, r"holds \{text\} 2 times: say which copy is pooled"),
         ({"formats": "{text} and {text}", "copy": 3}, ValueError, r"copy=3 but the template prompt"),
-        ({"formats": "{text}", "copy": 0}, ValueError, r"copy counts the copies of the text from 1"),
+        ({"formats": "{text}", "copy": 0}, ValueError, r"copy must be a positive integer, got 0"),
         ({"formats": "{text}", "target": "last", "copy": 1}, ValueError, r"target='last' pools the prompt's last"),
         ({"formats": "{text}", "target": "first"}, ValueError, r"target must be 'text' or 'last', got 'first'"),
         ({"formats": ()}, ValueError, r"needs at least one prompt"),
