@@ -19,6 +19,7 @@ from typing import Any
 
 from nosink.evals.demo import DEMO_SPEC
 from nosink.layerspec.checks import positive_int, printable
+from nosink.models.loading import local_folder
 from nosink.models.texts import read_lines
 
 __all__ = ["DATA_ENV", "main"]
@@ -242,21 +243,19 @@ def _load_config(name: str) -> Any:
 def _model_path(name: str) -> str:
     """'demo' as its local folder; a local folder as its path (``~`` expanded); else a hub id that exists.
 
+    Whether ``name`` is a path or a hub id is :func:`nosink.models.loading.local_folder`'s rule.
+
     Raises:
-        OSError: naming the folder that does not exist, before any other check on it.
+        OSError: naming the folder that does not exist (or is a file), before any other check on it.
     """
     if name == "demo":
         from nosink.models.weights import demo_model
 
         return demo_model()
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path)
+    folder = local_folder(name)  # the library's rule for "a path, not a hub id"; raises for a missing one
+    if folder is not None:
+        return str(folder)
     shown = printable(name)
-    if path.exists():
-        raise OSError(f"{shown} is a file, not a model folder")
-    if name.startswith((".", "/", "~", "\\")) or name.count("/") > 1:  # a path, not a hub id
-        raise OSError(f"no model folder at {shown}")
     try:
         _load_config(name)
     except OSError as err:
@@ -282,7 +281,7 @@ def _demo(args: argparse.Namespace) -> int:
     encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec)
     result = run_demo(encoder)
     texts, sims = result.texts, result.similarities
-    print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.parts.depth} layers)\n")
+    print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.depth} layers)\n")
     print("cosine similarity (rows and columns are the sentences below)")
     print("      " + " ".join(f"{j:>5}" for j in range(len(texts))))
     for i, row in enumerate(sims):

@@ -207,6 +207,13 @@ def test_plan_with_a_missing_model_says_so(name, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path, capsys):
+    file = tmp_path / "weights.bin"
+    file.write_bytes(b"")
+    assert main(["plan", "F*", "--model", str(file)]) == 1
+    assert f"{file} is a file, not a model folder" in one_error_line(capsys.readouterr().err)
+
+
 def test_plan_reads_the_depth_through_the_library(saved, capsys):
     assert main(["plan", "F* | B", "--model", str(saved)]) == 0
     assert "on 4 layers" in capsys.readouterr().out
