@@ -354,9 +354,10 @@ def tokenize(
         if full:
             i = full[0]
             raise ValueError(
-                f"the sink token and instruction take {len(prefixes[i])} tokens before text {i} (tokenized "
-                f"together with it), leaving no room for text within max_length={max_length} ({len(full)} of "
-                f"{len(texts)} texts affected): raise max_length or shorten the instruction"
+                f"text {i} needs at least {len(prefixes[i]) + 1} tokens, one of its own after the {len(prefixes[i])} "
+                "of the sink token and instruction (tokenized together with it), leaving no room for text within "
+                f"max_length={max_length} ({len(full)} of {len(texts)} texts affected): raise max_length or shorten "
+                "the instruction"
             )
         for i, r in enumerate(room):
             if not bodies[i]:  # nothing to pool whatever the prefix: keep the input within max_length
@@ -402,12 +403,11 @@ def _tokenize_template(
                 rows[i] = (row[0][:room], (min(first, room),) * 2, [])
                 continue
             fitted = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
-            if fitted is None:
-                around = len(sink) + len(encode_rows(tokenizer, [""], instruction, parts, which)[0][0])
+            if len(fitted[0]) > room:  # not even one token of the text fits
                 raise ValueError(
-                    f"the sink token, instruction and template take {around} tokens around text {i}, leaving no "
-                    f"room for text within max_length={max_length}: raise max_length or shorten the instruction "
-                    "or template"
+                    f"text {i} needs at least {len(sink) + len(fitted[0])} tokens with the sink token, instruction "
+                    f"and template around one token of it, leaving no room for text within max_length={max_length}: "
+                    "raise max_length or shorten the instruction or template"
                 )
             rows[i] = fitted
             truncated.append(i)
@@ -464,17 +464,15 @@ def _slow_row(tokenizer: Any, instruction: str, parts: list[str], which: int, bo
 
 def _fit(
     tokenizer: Any, text: str, instruction: str, parts: list[str], which: int, row: _Row, room: int, fast: bool
-) -> _Row | None:
+) -> _Row:
     # Cut the text's last tokens (in every copy, so the prompt's end stays whole) until the row fits
-    # `room`; None when not even one token of the text fits.
+    # `room`, down to one token of the text: a row still longer than `room` is the shortest there is.
     copies = len(parts) - 1
     alone = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True) if fast else None
     alone_ids = list(alone["input_ids"]) if alone is not None else _ids(tokenizer, text)
     keep = len(alone_ids)
-    while len(row[0]) > room:
-        keep -= math.ceil((len(row[0]) - room) / copies)
-        if keep < 1:
-            return None
+    while len(row[0]) > room and keep > 1:
+        keep = max(1, keep - math.ceil((len(row[0]) - room) / copies))
         if alone is not None:  # cut the characters and read the prompt again in one piece
             cut = text[: alone["offset_mapping"][keep - 1][1]]
             row = _template_row_fast(tokenizer, [cut], instruction, parts, which)[0]
