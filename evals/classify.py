@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,8 @@ import numpy as np
 
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import as_spec
+
+from .files import read_jsonl
 
 __all__ = [
     "ClassificationResult",
@@ -108,19 +109,10 @@ def read_labeled(
     if not path.is_file():
         raise FileNotFoundError(f"no data file at {path}")
     if path.suffix.lower() in (".jsonl", ".json"):
-        out = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number} is not JSON ({err})") from None
-            if text_column not in row or label_column not in row:
-                raise ValueError(f"{path}:{number} lacks {text_column!r} or {label_column!r}: keys {sorted(row)}")
-            out.append(Example(str(row[text_column]), str(row[label_column])))
-        return out
-    with open(path, encoding="utf-8", newline="") as f:
+        rows = read_jsonl(path, (text_column, label_column))
+        return [Example(str(row[text_column]), str(row[label_column])) for row in rows]
+    # newline="": the csv reader keeps line breaks inside quoted fields; utf-8-sig drops a byte-order mark
+    with open(path, encoding="utf-8-sig", newline="") as f:
         return read_labeled_lines(f, text_column, label_column, delimiter)
 
 

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nosink.layerspec.checks import printable
+from nosink.models.texts import read_lines
+
+from .files import read_jsonl
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
@@ -84,7 +87,7 @@ def _read_banking77(folder: Path) -> DatasetDict:
             data[split] = [(r["text"], r["category"]) for r in reader]
     names_file = folder / "categories.json"
     if names_file.is_file():
-        names = json.loads(names_file.read_text(encoding="utf-8"))
+        names = json.loads(names_file.read_bytes())  # bytes: json drops a byte-order mark itself
     else:
         names = sorted({label for rows in data.values() for _, label in rows})
     return DatasetDict({split: _labelled(rows, names) for split, rows in data.items()})
@@ -97,9 +100,7 @@ def _read_emotion(folder: Path) -> DatasetDict:
     for split, file in (("train", "train.txt"), ("validation", "val.txt"), ("test", "test.txt")):
         if not (folder / file).is_file():
             continue
-        # Universal newlines only: str.splitlines() would also split a tweet at U+2028, \x85 or a form feed.
-        with (folder / file).open(encoding="utf-8-sig") as f:
-            lines = [line.rstrip("\n") for line in f]
+        lines = read_lines(folder / file)  # not str.splitlines(): a tweet may hold U+2028, \x85 or a form feed
         rows = [tuple(line.rsplit(";", 1)) for line in lines[1:] if line.strip()]  # the first line is a header
         if any(len(r) != 2 for r in rows):
             raise ValueError(f"{folder / file}: every line must be text;label_name")
@@ -114,10 +115,8 @@ def _read_sts17(folder: Path) -> dict[str, DatasetDict]:
     from datasets import Dataset, DatasetDict
 
     inputs, gold = folder / "STS.input.track5.en-en.txt", folder / "STS.gs.track5.en-en.txt"
-    with inputs.open(encoding="utf-8-sig", newline="") as f:
-        pairs = [line.rstrip("\r\n").split("\t") for line in f]
-    with gold.open(encoding="utf-8-sig") as f:
-        scores_text = [line.strip() for line in f]
+    pairs = [line.split("\t") for line in read_lines(inputs)]
+    scores_text = [line.strip() for line in read_lines(gold)]
     while pairs and pairs[-1] == [""]:
         pairs.pop()
     while scores_text and not scores_text[-1]:
@@ -137,23 +136,6 @@ def _read_sts17(folder: Path) -> dict[str, DatasetDict]:
     return {"en-en": DatasetDict({"test": test})}
 
 
-def _read_jsonl(path: Path, required: Sequence[str]) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not a JSON line ({err.msg})") from None
-            missing = [key for key in required if key not in row] if isinstance(row, dict) else list(required)
-            if missing:
-                raise ValueError(f"{path}:{n}: expected the keys {', '.join(required)}; missing {', '.join(missing)}")
-            rows.append(row)
-    return rows
-
-
 def _read_massive_intent(folder: Path) -> dict[str, DatasetDict]:
     # MASSIVE's own intent ids (label_text names them): integer labels, as for Banking77 and Emotion.
     from datasets import Dataset, DatasetDict
@@ -162,7 +144,7 @@ def _read_massive_intent(folder: Path) -> dict[str, DatasetDict]:
     for split in ("train", "validation", "test"):
         path = folder / f"{split}.jsonl"
         if path.is_file():
-            rows = _read_jsonl(path, ("text", "label"))
+            rows = read_jsonl(path, ("text", "label"))
             bad = next((n for n, r in enumerate(rows, 1) if type(r["label"]) is not int), None)
             if bad is not None:
                 raise ValueError(f"{path}: row {bad}'s label is not an integer intent id")
@@ -175,7 +157,7 @@ def _read_beir(folder: Path) -> dict[str, dict[str, Any]]:
     # queries kept only where the split's qrels judge them, qrels as {query: {document: score}}.
     from datasets import Dataset
 
-    docs = _read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
+    docs = read_jsonl(folder / "corpus.jsonl", ("_id", "text"))
     corpus = Dataset.from_dict(
         {
             "id": [str(d["_id"]) for d in docs],
@@ -183,7 +165,7 @@ def _read_beir(folder: Path) -> dict[str, dict[str, Any]]:
             "text": [d["text"] for d in docs],
         }
     )
-    all_queries = _read_jsonl(folder / "queries.jsonl", ("_id", "text"))
+    all_queries = read_jsonl(folder / "queries.jsonl", ("_id", "text"))
     splits: dict[str, Any] = {}
     for qrels_file in sorted((folder / "qrels").glob("*.tsv")):
         relevant: dict[str, dict[str, int]] = {}

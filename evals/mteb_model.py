@@ -286,9 +286,7 @@ class NosinkMTEBEncoder:
             convert_to_numpy=True,
             template=self.template,
         )
-        if self.spec == _spec_name(self.encoder.spec):
-            return self.encoder.encode(texts, instruction, **options)
-        plan = self.encoder.plan_for(self.spec)
+        plan = self.encoder.plan_for(self.spec)  # the encoder's own plan when self.spec is its spec
         return self.encoder.encode_specs([plan], texts, instruction, **options)[plan.name]
 
     def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import Plan
-from nosink.models.texts import batches, first_tokens, join_words, pad, pad_id, tokenize
+from nosink.models.texts import batches, first_tokens, join_words, pad, pad_id, read_lines, tokenize
 
 __all__ = [
     "NERConfig",
@@ -124,8 +124,7 @@ def read_conll(path: str | Path) -> list[Sentence]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no CoNLL file at {path}")
-    with open(path, encoding="utf-8") as f:
-        return read_conll_lines(f)
+    return read_conll_lines(read_lines(path))
 
 
 def load_conll(source: str | Path, split: str) -> list[Sentence]:

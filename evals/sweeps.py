@@ -141,7 +141,7 @@ def read_table(path: str | Path) -> tuple[list[Candidate], dict[str, Any]]:
     """
     from nosink import parse_spec
 
-    data = json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_bytes())  # bytes: json reads UTF-8 (with or without a byte-order mark)
     if not isinstance(data, dict) or "rows" not in data:
         raise ValueError(f"{path} is not a sweep table (no 'rows')")
     fixed = {"config", "k", "k0", "spec"}

@@ -208,14 +208,7 @@ def check_count(count: object, shown: str | None = None) -> int:
     Raises:
         SpecError: naming the count and the accepted range.
     """
-    shown = shown if shown is not None else repr(count)
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise SpecError(f"layer count {shown} is not an integer", expected=f"a whole number from 1 to {MAX_COUNT}")
-    if count < 1:
-        raise SpecError(f"layer count {shown} is not positive", expected="a count of at least 1")
-    if count > MAX_COUNT:
-        raise SpecError(f"layer count {shown} is too large", expected=f"at most {MAX_COUNT}")
-    return count
+    return _check_range(count, shown, "layer count", 1, MAX_COUNT, below=("is not positive", "a count of at least 1"))
 
 
 def check_sink(sink: object, shown: str | None = None) -> int:
@@ -224,14 +217,32 @@ def check_sink(sink: object, shown: str | None = None) -> int:
     Raises:
         SpecError: naming the size and the accepted range.
     """
-    shown = shown if shown is not None else repr(sink)
-    if isinstance(sink, bool) or not isinstance(sink, int):
-        raise SpecError(f"sink size {shown} is not an integer", expected=f"a whole number from 0 to {MAX_SINK}")
-    if sink < 0:
-        raise SpecError(f"sink size {shown} is negative", expected=f"an integer from 0 to {MAX_SINK}")
-    if sink > MAX_SINK:
-        raise SpecError(f"sink size {shown} is too large", expected=f"at most {MAX_SINK}")
-    return sink
+    below = ("is negative", f"an integer from 0 to {MAX_SINK}")
+    return _check_range(sink, shown, "sink size", 0, MAX_SINK, below=below)
+
+
+def _check_range(value: object, shown: str | None, what: str, low: int, high: int, below: tuple[str, str]) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) from ``low`` to ``high``: the rule behind the value checks.
+
+    Args:
+        value: the value to check.
+        shown: how to quote it in the message; ``repr`` when ``None``.
+        what: what the value is, in words ("layer count").
+        low: the smallest accepted value.
+        high: the largest accepted value.
+        below: the problem and the expected text for a value under ``low``.
+
+    Raises:
+        SpecError: naming ``what``, the value as shown and the accepted range.
+    """
+    shown = shown if shown is not None else repr(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{what} {shown} is not an integer", expected=f"a whole number from {low} to {high}")
+    if value < low:
+        raise SpecError(f"{what} {shown} {below[0]}", expected=below[1])
+    if value > high:
+        raise SpecError(f"{what} {shown} is too large", expected=f"at most {high}")
+    return value
 
 
 def check_in_block(op: str, segment: object) -> None:

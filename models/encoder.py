@@ -46,6 +46,18 @@ class _EncodeOptions:
     padding_side: str = "right"
     template: Any = None  # a Template, a preset's name or None; check() makes it a Template or None
 
+    @classmethod
+    def of(cls, kwargs: dict[str, Any], caller: str) -> _EncodeOptions:
+        """The options ``kwargs`` give; an unknown keyword is ``caller``'s TypeError, not this class's."""
+        known = list(cls.__dataclass_fields__)
+        unknown = next((key for key in kwargs if key not in known), None)
+        if unknown is not None:
+            raise TypeError(
+                f"{caller} got an unexpected keyword argument {printable(repr(unknown))}; "
+                f"the keyword arguments of encode() are {', '.join(known)}"
+            )
+        return cls(**kwargs)
+
     def check(self) -> None:
         self.template = as_template(self.template)
         if self.template is not None and len(self.template.formats) > 1 and self.output_value == "token_embeddings":
@@ -689,7 +701,7 @@ class EncoderFromDecoder(nn.Module):
             )
         if not specs:
             raise ValueError("encode_specs() needs at least one spec")
-        opts = _EncodeOptions(**kwargs)
+        opts = _EncodeOptions.of(kwargs, "encode_specs()")
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()

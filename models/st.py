@@ -35,6 +35,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Module, Normalize
 
+from nosink.layerspec.checks import positive_int
+
 from . import texts as _texts
 from .encoder import EncoderFromDecoder
 from .loading import write_encoder_files
@@ -96,8 +98,7 @@ class NosinkTransformer(InputModule):
         super().__init__()
         if encoder.tokenizer is None:
             raise ValueError("the encoder has no tokenizer; sentence-transformers needs one (tokenizer=...)")
-        if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
-            raise ValueError(f"max_seq_length must be a positive integer, got {max_seq_length!r}")
+        positive_int(max_seq_length, "max_seq_length")
         if padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         self.encoder = encoder

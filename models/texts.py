@@ -51,6 +51,7 @@ __all__ = [
     "join_words",
     "pad",
     "pad_id",
+    "read_lines",
     "sink_ids",
     "tokenize",
     "warn_about",
@@ -116,8 +117,8 @@ class Template:
             raise ValueError(f"a template's target must be 'text' or 'last', got {printable(repr(self.target))}")
         if self.target == "last" and self.copy is not None:
             raise ValueError("copy picks the copy of the text to pool; target='last' pools the prompt's last token")
-        if self.copy is not None and (isinstance(self.copy, bool) or not isinstance(self.copy, int) or self.copy < 1):
-            raise ValueError(f"copy counts the copies of the text from 1, got {printable(repr(self.copy))}")
+        if self.copy is not None:
+            positive_int(self.copy, "copy")
         for fmt in formats:
             copies = fmt.count(TEXT)
             if self.target == "text" and self.copy is None and copies > 1:
@@ -217,6 +218,33 @@ def check_texts(sentences: Any, name: str = "sentences") -> tuple[list[str], boo
             hint = ": decode it first, e.g. text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
             raise ValueError(f"{name}[{i}] is a {type(text).__name__}, not a string{hint}")
     return [str(t) for t in texts], False  # numpy's str_ becomes a plain str
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
+
+    Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
+    that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
+    ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
+    newline does not start another line. The CLI's text files and the evaluations' line-based data
+    files are read with it.
+
+    Raises:
+        OSError: if the file cannot be read.
+        ValueError: if it is not UTF-8.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{printable(str(path))} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline that ends the last line
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def sink_ids(tokenizer: Any, sink_token: str = "auto") -> list[int]:
@@ -326,9 +354,10 @@ def tokenize(
         if full:
             i = full[0]
             raise ValueError(
-                f"the sink token and instruction take {len(prefixes[i])} tokens before text {i} (tokenized "
-                f"together with it), leaving no room for text within max_length={max_length} ({len(full)} of "
-                f"{len(texts)} texts affected): raise max_length or shorten the instruction"
+                f"text {i} needs at least {len(prefixes[i]) + 1} tokens, one of its own after the {len(prefixes[i])} "
+                "of the sink token and instruction (tokenized together with it), leaving no room for text within "
+                f"max_length={max_length} ({len(full)} of {len(texts)} texts affected): raise max_length or shorten "
+                "the instruction"
             )
         for i, r in enumerate(room):
             if not bodies[i]:  # nothing to pool whatever the prefix: keep the input within max_length
@@ -374,12 +403,11 @@ def _tokenize_template(
                 rows[i] = (row[0][:room], (min(first, room),) * 2, [])
                 continue
             fitted = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
-            if fitted is None:
-                around = len(sink) + len(encode_rows(tokenizer, [""], instruction, parts, which)[0][0])
+            if len(fitted[0]) > room:  # not even one token of the text fits
                 raise ValueError(
-                    f"the sink token, instruction and template take {around} tokens around text {i}, leaving no "
-                    f"room for text within max_length={max_length}: raise max_length or shorten the instruction "
-                    "or template"
+                    f"text {i} needs at least {len(sink) + len(fitted[0])} tokens with the sink token, instruction "
+                    f"and template around one token of it, leaving no room for text within max_length={max_length}: "
+                    "raise max_length or shorten the instruction or template"
                 )
             rows[i] = fitted
             truncated.append(i)
@@ -436,17 +464,15 @@ def _slow_row(tokenizer: Any, instruction: str, parts: list[str], which: int, bo
 
 def _fit(
     tokenizer: Any, text: str, instruction: str, parts: list[str], which: int, row: _Row, room: int, fast: bool
-) -> _Row | None:
+) -> _Row:
     # Cut the text's last tokens (in every copy, so the prompt's end stays whole) until the row fits
-    # `room`; None when not even one token of the text fits.
+    # `room`, down to one token of the text: a row still longer than `room` is the shortest there is.
     copies = len(parts) - 1
     alone = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True) if fast else None
     alone_ids = list(alone["input_ids"]) if alone is not None else _ids(tokenizer, text)
     keep = len(alone_ids)
-    while len(row[0]) > room:
-        keep -= math.ceil((len(row[0]) - room) / copies)
-        if keep < 1:
-            return None
+    while len(row[0]) > room and keep > 1:
+        keep = max(1, keep - math.ceil((len(row[0]) - room) / copies))
         if alone is not None:  # cut the characters and read the prompt again in one piece
             cut = text[: alone["offset_mapping"][keep - 1][1]]
             row = _template_row_fast(tokenizer, [cut], instruction, parts, which)[0]

@@ -19,8 +19,10 @@ from typing import Any
 
 from nosink.evals.demo import DEMO_SPEC
 from nosink.layerspec.checks import positive_int, printable
+from nosink.models.loading import local_folder
+from nosink.models.texts import read_lines
 
-__all__ = ["DATA_ENV", "main", "read_lines"]
+__all__ = ["DATA_ENV", "main"]
 
 DATA_ENV = "NOSINK_DATA"  # a folder of local evaluation data: conll2003/, stsb/, banking77/, ...
 
@@ -207,32 +209,6 @@ def _parser() -> argparse.ArgumentParser:
 # --- inputs -----------------------------------------------------------------------------------------
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
-
-    Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
-    that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
-    ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
-    newline does not start another line.
-
-    Raises:
-        OSError: if the file cannot be read.
-        ValueError: if it is not UTF-8.
-    """
-    path = Path(path)
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{printable(str(path))} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":  # the newline that ends the last line
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def _texts_of(path: Path) -> list[str]:
     """The lines of a texts file, refusing blank ones (row i of the output must be line i)."""
     lines = read_lines(path)
@@ -267,21 +243,19 @@ def _load_config(name: str) -> Any:
 def _model_path(name: str) -> str:
     """'demo' as its local folder; a local folder as its path (``~`` expanded); else a hub id that exists.
 
+    Whether ``name`` is a path or a hub id is :func:`nosink.models.loading.local_folder`'s rule.
+
     Raises:
-        OSError: naming the folder that does not exist, before any other check on it.
+        OSError: naming the folder that does not exist (or is a file), before any other check on it.
     """
     if name == "demo":
         from nosink.models.weights import demo_model
 
         return demo_model()
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return str(path)
+    folder = local_folder(name)  # the library's rule for "a path, not a hub id"; raises for a missing one
+    if folder is not None:
+        return str(folder)
     shown = printable(name)
-    if path.exists():
-        raise OSError(f"{shown} is a file, not a model folder")
-    if name.startswith((".", "/", "~", "\\")) or name.count("/") > 1:  # a path, not a hub id
-        raise OSError(f"no model folder at {shown}")
     try:
         _load_config(name)
     except OSError as err:
@@ -307,7 +281,7 @@ def _demo(args: argparse.Namespace) -> int:
     encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec)
     result = run_demo(encoder)
     texts, sims = result.texts, result.similarities
-    print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.parts.depth} layers)\n")
+    print(f"model: {path}\nspec:  {encoder.spec}  (plan over {encoder.depth} layers)\n")
     print("cosine similarity (rows and columns are the sentences below)")
     print("      " + " ".join(f"{j:>5}" for j in range(len(texts))))
     for i, row in enumerate(sims):

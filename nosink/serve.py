@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from nosink.layerspec import Spec
-from nosink.layerspec.checks import printable
+from nosink.layerspec.checks import positive_int, printable
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
@@ -84,8 +84,8 @@ class Limits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"Limits.{name} must be a non-negative number, got {printable(repr(value))}")
-            if name != "batch_wait_ms" and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"Limits.{name} must be a positive integer, got {printable(repr(value))}")
+            if name != "batch_wait_ms":
+                positive_int(value, f"Limits.{name}")
 
 
 class ApiError(Exception):

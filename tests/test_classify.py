@@ -46,8 +46,21 @@ def test_readers(tmp_path):
     with pytest.raises(ValueError, match="no column 'text'; the header has \\['sentence', 'label'\\]"):
         read_labeled(tmp_path / "d.csv")
     (tmp_path / "bad.jsonl").write_text("{nope\n")
-    with pytest.raises(ValueError, match=r"bad\.jsonl:1 is not JSON"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1: not a JSON line"):
         read_labeled(tmp_path / "bad.jsonl")
+    (tmp_path / "keys.jsonl").write_text(json.dumps({"text": "a loan"}) + "\n")
+    with pytest.raises(ValueError, match=r"keys\.jsonl:1: expected the keys text, label; missing label"):
+        read_labeled(tmp_path / "keys.jsonl")
+
+
+def test_labeled_files_split_only_at_line_ends_and_drop_a_byte_order_mark(tmp_path):
+    # A JSON string may hold U+2028 or \x85 as they are (json.dumps with ensure_ascii=False): splitlines() cuts there.
+    rows = [{"text": "one\u2028line", "label": "a"}, {"text": "next\x85line", "label": "b"}]
+    body = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+    (tmp_path / "lab.jsonl").write_bytes(("\ufeff" + body).encode("utf-8"))
+    assert read_labeled(tmp_path / "lab.jsonl") == [Example("one\u2028line", "a"), Example("next\x85line", "b")]
+    (tmp_path / "lab.csv").write_bytes('\ufefftext,label\n"two\u2028parts",c\n'.encode())
+    assert read_labeled(tmp_path / "lab.csv") == [Example("two\u2028parts", "c")]
 
 
 def test_shared_banking77_copy_reads():

@@ -13,8 +13,9 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 import nosink
 from nosink import EncoderFromDecoder
-from nosink.cli import main, read_lines
+from nosink.cli import main
 from nosink.evals.ner import Sentence
+from nosink.models.texts import read_lines
 
 
 @pytest.fixture
@@ -204,6 +205,13 @@ def test_plan_with_a_missing_model_says_so(name, tmp_path, monkeypatch, capsys):
     err = one_error_line(capsys.readouterr().err)
     assert f"no model folder at {name}" in err and "Repo id" not in err
     assert capsys.readouterr().out == ""
+
+
+def test_a_file_given_as_the_model_is_named_as_a_file(tmp_path, capsys):
+    file = tmp_path / "weights.bin"
+    file.write_bytes(b"")
+    assert main(["plan", "F*", "--model", str(file)]) == 1
+    assert f"{file} is a file, not a model folder" in one_error_line(capsys.readouterr().err)
 
 
 def test_plan_reads_the_depth_through_the_library(saved, capsys):

@@ -81,28 +81,29 @@ def test_bad_specs_and_configurations_in_shown_commands_are_found(cmd, problem):
 # --- the runner itself must fail on what it is there to catch ------------------------------------
 
 
-def test_runner_fails_a_broken_python_example(tmp_path):
+def _run_text(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    """Run ``text`` as a page of its own, ``page.md``."""
     page = tmp_path / "page.md"
-    page.write_text("# t\n\n```python\nx = 1\n```\n\ntext\n\n```python\nassert x == 2, 'wrong'\n```\n")
-    done = _run(page)
+    page.write_text(text)
+    return _run(page)
+
+
+def test_runner_fails_a_broken_python_example(tmp_path):
+    done = _run_text(tmp_path, "# t\n\n```python\nx = 1\n```\n\ntext\n\n```python\nassert x == 2, 'wrong'\n```\n")
     assert done.returncode not in (0, SKIP)
     assert "wrong" in done.stderr and "page.md" in done.stderr
 
 
 def test_runner_checks_doctest_output(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text("```pycon\n>>> from nosink import parse_spec\n>>> str(parse_spec('f*2|b'))\n'F*3'\n```\n")
-    done = _run(page)
+    doctest = ">>> from nosink import parse_spec\n>>> str(parse_spec('f*2|b'))\n'F*3'\n"
+    done = _run_text(tmp_path, f"```pycon\n{doctest}```\n")
     assert done.returncode not in (0, SKIP)
     assert "F*2 | B" in done.stdout + done.stderr
 
 
 def test_runner_runs_nosink_commands(tmp_path):
-    good, bad = tmp_path / "good.md", tmp_path / "bad.md"
-    good.write_text("```bash\nnosink plan 'F* | B*2' --depth 4\n```\n")
-    bad.write_text("```bash\nnosink plan 'F* | Q' --depth 4\n```\n")
-    assert _run(good).returncode == 0
-    assert _run(bad).returncode not in (0, SKIP)
+    assert _run_text(tmp_path, "```bash\nnosink plan 'F* | B*2' --depth 4\n```\n").returncode == 0
+    assert _run_text(tmp_path, "```bash\nnosink plan 'F* | Q' --depth 4\n```\n").returncode not in (0, SKIP)
 
 
 def test_undeclared_blocks_and_commands_are_problems():
@@ -132,26 +133,19 @@ def test_resources_are_detected():
 
 
 def test_runner_checks_shown_output_of_python_and_bash_blocks(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text("```python\nprint(1 + 1)\n```\n\nIt prints:\n\n```text\n3\n```\n")
-    done = _run(page)
+    done = _run_text(tmp_path, "```python\nprint(1 + 1)\n```\n\nIt prints:\n\n```text\n3\n```\n")
     assert done.returncode not in (0, SKIP)
     assert "output shown at line 7" in done.stderr and "--- printed:\n2" in done.stderr
-    page.write_text("```bash\nnosink plan 'F* | B' --depth 2\n```\n\n```text\nstep  stream  layer  kind  role\n```\n")
-    assert _run(page).returncode not in (0, SKIP)
-    page.write_text(
-        "```bash\nnosink plan 'F* | B' --depth 2\n```\n\n```text\n...\nstep  stream  layer  kind  role\n...\n```\n"
-    )
-    assert _run(page).returncode == 0
+    plan = "```bash\nnosink plan 'F* | B' --depth 2\n```\n\n"
+    assert _run_text(tmp_path, plan + "```text\nstep  stream  layer  kind  role\n```\n").returncode not in (0, SKIP)
+    assert _run_text(tmp_path, plan + "```text\n...\nstep  stream  layer  kind  role\n...\n```\n").returncode == 0
 
 
 def test_shown_blocks_that_are_not_output_are_marked_or_in_another_section(tmp_path):
-    page = tmp_path / "page.md"
     not_output = "```python\nprint(2)\n```\n\n<!-- docs-test: not-output the grammar -->\n```text\nx := y\n```\n"
     new_section = "```python\nprint(2)\n```\n\n## Next\n\n```text\nx := y\n```\n"
     for text in (not_output, new_section):
-        page.write_text(text)
-        assert _run(page).returncode == 0
+        assert _run_text(tmp_path, text).returncode == 0
     assert problems("<!-- docs-test: not-output -->\n```text\nx\n```\n")  # a reason is required
 
 

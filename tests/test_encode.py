@@ -104,6 +104,17 @@ def test_bad_encode_arguments(kwargs, message):
         make().encode(TEXTS, **kwargs)
 
 
+def test_a_misspelt_keyword_names_the_public_method_and_the_valid_ones():
+    encoder = make()
+    with pytest.raises(TypeError, match=r"encode\(\) got an unexpected keyword argument 'pooling_mode'") as info:
+        encoder.encode(TEXTS, pooling_mode="mean")
+    assert "_EncodeOptions" not in str(info.value)
+    typo = r"^encode_specs\(\) got an unexpected keyword argument 'pooling_mode'; "
+    valid = r"the keyword arguments of encode\(\) are pooling, batch_size, .*, template$"
+    with pytest.raises(TypeError, match=typo + valid):
+        encoder.encode_specs(["F*"], TEXTS, pooling_mode="mean")
+
+
 def test_encode_rejects_non_strings_and_needs_a_tokenizer():
     with pytest.raises(ValueError, match=r"sentences\[1\] is a int"):
         make().encode(["a", 3])

@@ -50,20 +50,35 @@ def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path):
     assert len(task.dataset["test"]) == 12
 
 
+# The task each plain copy's folder belongs to.
+FOLDER_TASKS = {
+    "banking77": "Banking77Classification",
+    "stsb": "STSBenchmark",
+    "sts17": "STS17",
+    "massive_intent": "MassiveIntentClassification",
+    "scifact": "SciFact",
+}
+
+
 @pytest.mark.parametrize(
     ("file", "text", "message"),
     [
         ("banking77/test.csv", "sentence,intent\nhi,card_arrival\n", r"test.csv: expected a header with text and"),
         ("stsb/sts-test.csv", "g\tf\t2012\t1\tfive\ta\tb\n", r"sts-test.csv:1: the score 'five' is not a number"),
         ("stsb/sts-test.csv", "g\tf\t2012\t1\t4.0\ta\n", r"sts-test.csv:1: expected 7 tab-separated columns, got 6"),
+        ("sts17/STS.gs.track5.en-en.txt", "1.0\n", r"has 1 scores for the 12 pairs"),
+        ("sts17/STS.input.track5.en-en.txt", "a\tb\tc\n", r"en-en.txt:1: expected sentence1<TAB>sentence2, got 3"),
+        ("massive_intent/test.jsonl", '{"text": "hi"}\n', r"test.jsonl:1: expected the keys text, label; missing"),
+        ("scifact/qrels/test.tsv", "query-id\tcorpus-id\tscore\n1\t100\n", r"test.tsv:2: expected query-id<TAB>"),
+        ("scifact/corpus.jsonl", '{"_id": "1", "text": "x"}\nnot json\n', r"corpus.jsonl:2: not a JSON line"),
     ],
 )
 def test_a_malformed_copy_names_the_file(tmp_path, file, text, message):
     write_data(tmp_path)
+    write_new_formats(tmp_path)
     (tmp_path / file).write_text(text, encoding="utf-8")
-    task = mteb.get_task("Banking77Classification" if file.startswith("banking") else "STSBenchmark")
     with pytest.raises(ValueError, match=message):
-        load_local_data(task, tmp_path)
+        load_local_data(resolve_tasks([FOLDER_TASKS[file.split("/")[0]]])[0], tmp_path)
 
 
 def test_no_data_is_a_reason_not_an_error(tmp_path):
@@ -178,24 +193,6 @@ def test_new_tasks_run_offline_from_the_folder(tmp_path):
     for name in ("STS17", "MassiveIntentClassification", "SciFact"):
         assert summary["tasks"][name]["status"] == "ok"
         assert np.isfinite(summary["tasks"][name]["scores"][SPEC])
-
-
-@pytest.mark.parametrize(
-    ("file", "text", "message"),
-    [
-        ("sts17/STS.gs.track5.en-en.txt", "1.0\n", r"has 1 scores for the 12 pairs"),
-        ("sts17/STS.input.track5.en-en.txt", "a\tb\tc\n", r"en-en.txt:1: expected sentence1<TAB>sentence2, got 3"),
-        ("massive_intent/test.jsonl", '{"text": "hi"}\n', r"test.jsonl:1: expected the keys text, label; missing"),
-        ("scifact/qrels/test.tsv", "query-id\tcorpus-id\tscore\n1\t100\n", r"test.tsv:2: expected query-id<TAB>"),
-        ("scifact/corpus.jsonl", '{"_id": "1", "text": "x"}\nnot json\n', r"corpus.jsonl:2: not a JSON line"),
-    ],
-)
-def test_a_malformed_new_copy_names_the_file(tmp_path, file, text, message):
-    write_new_formats(tmp_path)
-    (tmp_path / file).write_text(text, encoding="utf-8")
-    task = {"sts17": "STS17", "massive_intent": "MassiveIntentClassification", "scifact": "SciFact"}[file.split("/")[0]]
-    with pytest.raises(ValueError, match=message):
-        load_local_data(resolve_tasks([task])[0], tmp_path)
 
 
 # The shared copies, when this checkout sits beside them: the counts of ../shared/data/README.md.

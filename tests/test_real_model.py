@@ -50,7 +50,8 @@ def test_mask0_bidir_changes_the_output_and_stays_finite(smollm2):
 def test_a_tight_max_length_counts_the_instruction_as_read_with_the_text(smollm2):
     # Issue 10: alone, "Query: \n" is 3 tokens; before "hello" it is 4 ("Query", ":", " ", "\n"). With the sink
     # token that fills max_length=5, and the text used to get no token at all (an all-zero vector, silently).
-    with pytest.raises(ValueError, match=r"take 5 tokens before text 0 .* max_length=5 .* raise max_length"):
+    needs = r"text 0 needs at least 6 tokens, one of its own after the 5 .* max_length=5 .* raise max_length"
+    with pytest.raises(ValueError, match=needs):
         smollm2.encode(["hello world again"], instruction="Query: \n", max_length=5)
     with pytest.warns(UserWarning, match="1 of 1 texts was cut to max_length=6"):
         got = smollm2.encode(["hello world again"], instruction="Query: \n", max_length=6)

@@ -318,6 +318,8 @@ def test_bad_arguments():
         to_sentence_transformer(encoder, pooling="max")
     with pytest.raises(ValueError, match="padding_side"):
         to_sentence_transformer(encoder, padding_side="middle")
+    with pytest.raises(ValueError, match="max_seq_length must be a positive integer, got True"):
+        NosinkTransformer(encoder, max_seq_length=True)
     with pytest.raises(ValueError, match="no tokenizer"):
         NosinkTransformer(EncoderFromDecoder(tiny_decoder("llama"), "F*"))
     model = to_sentence_transformer(encoder, max_seq_length=3)

@@ -1,5 +1,6 @@
 """Prompt templates: each vector against one computed by hand from the tokenizer and forward()."""
 
+import re
 import warnings
 
 import numpy as np
@@ -146,7 +147,8 @@ def test_a_prompt_that_leaves_no_room_is_refused_naming_the_fix():
     # The sink token and "what is ... of" take 4 tokens: max_length=5 leaves one for the text, 4 none.
     args = dict(sink=[1], template="what is {text} of", target="last")
     assert tokenize(tiny_tokenizer(), ["the cat"], max_length=5, **args).truncated == [0]
-    with pytest.raises(ValueError, match=r"template take 4 tokens around text 0, leaving no room.*max_length=4"):
+    needs = r"text 0 needs at least 5 tokens with the sink token, instruction and template around one token of it"
+    with pytest.raises(ValueError, match=needs + r", leaving no room for text within max_length=4"):
         tokenize(tiny_tokenizer(), ["the cat"], max_length=4, **args)
 
 
@@ -189,7 +191,7 @@ def test_slow_tokenizers_tokenize_the_pieces_apart():
         ({"formats": ("{text} ok", "missing")}, ValueError, r"'missing' has no \{text\}"),
         ({"formats": "{text} and {text}"}, ValueError, r"holds \{text\} 2 times: say which copy is pooled"),
         ({"formats": "{text} and {text}", "copy": 3}, ValueError, r"copy=3 but the template prompt"),
-        ({"formats": "{text}", "copy": 0}, ValueError, r"copy counts the copies of the text from 1"),
+        ({"formats": "{text}", "copy": 0}, ValueError, r"copy must be a positive integer, got 0"),
         ({"formats": "{text}", "target": "last", "copy": 1}, ValueError, r"target='last' pools the prompt's last"),
         ({"formats": "{text}", "target": "first"}, ValueError, r"target must be 'text' or 'last', got 'first'"),
         ({"formats": ()}, ValueError, r"needs at least one prompt"),
@@ -306,6 +308,14 @@ def smollm2_tokenizer(smollm2_path):
     return AutoTokenizer.from_pretrained(smollm2_path)
 
 
+def test_a_refusal_says_how_many_tokens_a_text_needs(smollm2_tokenizer):
+    # Around an empty text the prompt merges into 12 tokens; around one token of a text it takes 13, so 14 in all.
+    args = dict(sink=[1], template=PROMPT_EOL.formats[0], target=PROMPT_EOL.target)
+    with pytest.raises(ValueError, match=r"text 0 needs at least 14 tokens .* within max_length=13"):
+        tokenize(smollm2_tokenizer, ["hello world again"], "Q: ", max_length=13, **args)
+    assert tokenize(smollm2_tokenizer, ["hello world again"], "Q: ", max_length=14, **args).lengths == [14]
+
+
 any_text = st.text(st.characters(codec="utf-8"), max_size=30)
 
 
@@ -323,6 +333,8 @@ def test_fuzzed_templated_rows_lose_nothing_and_fit(smollm2_tokenizer, texts, in
         got = tokenize(tok, texts, instruction, max_length=max_length, **args)
     except ValueError as err:
         assert "leaving no room for text" in str(err)
+        i, needs = map(int, re.search(r"text (\d+) needs at least (\d+) tokens", str(err)).groups())
+        assert tokenize(tok, [texts[i]], instruction, max_length=needs, **args).lengths == [needs]  # and fits
         return
     for i, text in enumerate(texts):
         row = got.prefix_ids[i] + got.text_ids[i] + got.suffix_ids[i]

@@ -1,5 +1,6 @@
 """The text pipeline (nosink.models.texts) and what encode() does with awkward texts."""
 
+import re
 import warnings
 
 import numpy as np
@@ -138,8 +139,9 @@ def test_tokenize_makes_one_batch_call():
 
 
 def test_no_room_for_text_is_an_error_naming_the_fix():
-    with pytest.raises(ValueError, match=r"take 4 tokens before text 0 .* max_length=4 \(1 of 2 texts affected\): "
-                                         r"raise max_length or shorten the instruction"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"text 0 needs at least 5 tokens, one of its own after the 4 .* "
+                                         r"max_length=4 \(1 of 2 texts affected\): raise max_length or shorten the "
+                                         r"instruction"):  # fmt: skip
         tokenize(tiny_tokenizer(), ["the cat", ""], "what is the ", sink=[1], max_length=4)
     # An empty text has nothing to pool, whatever the room: no error, and its input stays within max_length.
     got = tokenize(tiny_tokenizer(), [""], "what is the", sink=[1], max_length=2)
@@ -310,6 +312,8 @@ def test_fuzzed_texts_split_without_losing_a_token(smollm2_tokenizer, texts, ins
         got = tokenize(tok, texts, instruction, sink=[1], max_length=max_length)
     except ValueError as err:
         assert "leaving no room for text" in str(err)
+        i, needs = map(int, re.search(r"text (\d+) needs at least (\d+) tokens", str(err)).groups())
+        assert tokenize(tok, [texts[i]], instruction, sink=[1], max_length=needs).lengths == [needs]  # and fits
         return
     whole = tokenize(tok, texts, instruction, sink=[1])
     for i, text in enumerate(texts):
