@@ -14,10 +14,13 @@ RAG system. :func:`create_app` takes one causal LM, builds the encoder with
 
 **Concurrency.** One worker thread owns the model: every forward pass, of the encoder or of the LM,
 runs there, so the two never interleave inside a pass (they share every layer, the rotary tables and
-the config). Embedding requests wait in a queue; the worker takes all that are waiting (up to
+the config). An embedding request's texts are tokenized once, by its handler, with the library's
+pipeline (:func:`nosink.models.texts.tokenize`: sink token, prompt, text), which is also what the
+tokens-per-text limit counts. Requests wait in a queue; the worker takes all that are waiting (up to
 ``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more), sorts their
-texts by length (per named prompt) and cuts them into batches of ``Limits.batch_size``, each one
-:meth:`~EncoderFromDecoder.encode` call. Each turn of the worker's loop runs one such batch, then
+inputs by tokens (prompted or not: the prompt is in the tokens) and cuts them into batches of
+``Limits.batch_size``, each one forward pass of the encoder, pooled and normalised as
+:meth:`~EncoderFromDecoder.encode` does. Each turn of the worker's loop runs one such batch, then
 tokens of every active chat for as long as that batch took (at least one each; each chat has its own
 KV cache and random generator): when both kinds of request wait, each gets about half of the worker,
 and neither waits behind a long run of the other. A request whose client has gone is dropped before it is
@@ -48,7 +51,7 @@ import torch
 
 from nosink.layerspec import Spec
 from nosink.layerspec.checks import printable
-from nosink.models import EncoderFromDecoder
+from nosink.models import EncoderFromDecoder, pool
 from nosink.models import texts as _texts
 
 __all__ = ["ApiError", "Limits", "ServerThread", "create_app", "load_model", "run"]
@@ -154,18 +157,19 @@ def load_model(
 
 @dataclass
 class _EmbedJob:
-    texts: list[str]
-    instruction: str | None
-    lengths: list[int] = field(default_factory=list)  # tokens per input (sorts the chunks); characters if not given
+    tokens: _texts.Tokenized  # the request's inputs (sink token, prompt, text), tokenized once by its handler
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     cancelled: bool = False
+    lengths: list[int] = field(init=False)  # tokens per input: sorts the gathered inputs
     # Filled by the worker thread, chunk by chunk.
     vectors: np.ndarray | None = None
     left: int = 0
 
     def __post_init__(self) -> None:
-        if not self.lengths:
-            self.lengths = [len(t) for t in self.texts]
+        self.lengths = self.tokens.lengths
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
 @dataclass
@@ -200,7 +204,7 @@ class _Worker:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: queue.Queue = queue.Queue()
         self.embeds: list[_EmbedJob] = []  # waiting requests
-        self.chunks: deque[tuple[str | None, list[tuple[_EmbedJob, int]]]] = deque()  # gathered (job, text index)
+        self.chunks: deque[list[tuple[_EmbedJob, int]]] = deque()  # gathered (job, input index), one batch each
         self.waiting: list[_ChatJob] = []
         self.active: list[_ChatJob] = []
         self.deadline: float | None = None  # when the oldest waiting embedding request stops waiting
@@ -208,6 +212,7 @@ class _Worker:
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.pad_id = _texts.pad_id(tokenizer)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from the event loop
@@ -270,7 +275,7 @@ class _Worker:
             pass
         for item in items:
             if item is _STOP:
-                for job in self.embeds + [job for _, rows in self.chunks for job, _ in rows]:
+                for job in self.embeds + [job for rows in self.chunks for job, _ in rows]:
                     if not job.future.cancel() and not job.future.done():  # already running
                         job.future.set_exception(RuntimeError("the server is shutting down"))
                 for chat in self.waiting + self.active:
@@ -285,7 +290,7 @@ class _Worker:
         return True
 
     def _embeddings_due(self) -> bool:
-        waiting = sum(len(job.texts) for job in self.embeds)
+        waiting = sum(len(job) for job in self.embeds)
         return waiting >= self.limits.batch_texts or time.monotonic() >= (self.deadline or 0.0)
 
     def _embed_step(self) -> None:
@@ -293,38 +298,38 @@ class _Worker:
         if not self.chunks:
             self._gather()
         if self.chunks:
-            self._run_chunk(*self.chunks.popleft())
+            self._run_chunk(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Take waiting requests (up to ``batch_texts`` texts) and cut their texts into length-sorted chunks.
+        """Take waiting requests (up to ``batch_texts`` texts) and cut their inputs into length-sorted chunks.
 
-        Sorting all gathered texts by length before cutting them into ``batch_size`` chunks pads each
-        forward pass as little as offline ``encode()`` pads its sorted batches.
+        Sorting all gathered inputs by length before cutting them into ``batch_size`` chunks pads each
+        forward pass as little as offline ``encode()`` pads its sorted batches. Inputs with different
+        prompts share chunks: each input's tokens already hold its prompt.
         """
         jobs, count = [], 0
-        while self.embeds and (not jobs or count + len(self.embeds[0].texts) <= self.limits.batch_texts):
+        while self.embeds and (not jobs or count + len(self.embeds[0]) <= self.limits.batch_texts):
             job = self.embeds.pop(0)
             if job.cancelled or not job.future.set_running_or_notify_cancel():
                 self.stats["dropped"] += 1  # its client is gone: not computed
                 continue
             jobs.append(job)
-            count += len(job.texts)
+            count += len(job)
         self.deadline = time.monotonic() if self.embeds else None  # those left have waited long enough
-        groups: dict[str | None, list[tuple[_EmbedJob, int]]] = {}
+        rows = []
         for job in jobs:
-            job.left = len(job.texts)
-            groups.setdefault(job.instruction, []).extend((job, i) for i in range(len(job.texts)))
+            job.left = len(job)
+            rows.extend((job, i) for i in range(len(job)))
+        rows.sort(key=lambda row: -row[0].lengths[row[1]])  # stable: ties keep arrival order
         size = self.limits.batch_size
-        for instruction, rows in groups.items():
-            rows.sort(key=lambda row: -row[0].lengths[row[1]])
-            self.chunks.extend((instruction, rows[i : i + size]) for i in range(0, len(rows), size))
+        self.chunks.extend(rows[i : i + size] for i in range(0, len(rows), size))
 
-    def _run_chunk(self, instruction: str | None, rows: list[tuple[_EmbedJob, int]]) -> None:
+    def _run_chunk(self, rows: list[tuple[_EmbedJob, int]]) -> None:
         rows = [(job, i) for job, i in rows if not job.cancelled and not job.future.done()]
         if not rows:
             return  # every request in it is gone or failed: its texts are not computed
         try:
-            vectors = self._encode([job.texts[i] for job, i in rows], instruction)
+            vectors = self._encode(_inputs(rows))
         except Exception as err:
             jobs = list({id(job): job for job, _ in rows}.values())
             if len(jobs) == 1:
@@ -333,7 +338,7 @@ class _Worker:
             for job in jobs:  # one request's failure must not fail its batch companions
                 mine = [(j, i) for j, i in rows if j is job]
                 try:
-                    self._deliver(mine, self._encode([job.texts[i] for _, i in mine], instruction))
+                    self._deliver(mine, self._encode(_inputs(mine)))
                 except Exception as alone:
                     self._fail(job, alone)
             return
@@ -342,7 +347,7 @@ class _Worker:
     def _deliver(self, rows: list[tuple[_EmbedJob, int]], vectors: np.ndarray) -> None:
         for (job, i), vector in zip(rows, vectors, strict=True):
             if job.vectors is None:
-                job.vectors = np.empty((len(job.texts), vectors.shape[1]), dtype=np.float32)
+                job.vectors = np.empty((len(job), vectors.shape[1]), dtype=np.float32)
             job.vectors[i] = vector
             job.left -= 1
             if job.left == 0:
@@ -352,17 +357,20 @@ class _Worker:
         job.cancelled = True  # its other chunks are skipped
         job.future.set_exception(err)
 
-    def _encode(self, texts: list[str], instruction: str | None) -> np.ndarray:
+    def _encode(self, tokens: _texts.Tokenized) -> np.ndarray:
+        """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them.
+
+        The steps of ``encode()`` on tokens that the request handler has already made (and checked):
+        pad (right), run the encoder, mean-pool the text tokens (never the sink token or the prompt),
+        normalise. No text is tokenized twice.
+        """
         self.stats["embedding_batches"] += 1
-        self.stats["embedded_texts"] += len(texts)
-        return self.encoder.encode(
-            texts,
-            instruction,
-            batch_size=self.limits.batch_size,
-            max_length=self.limits.max_tokens_per_text,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        self.stats["embedded_texts"] += len(tokens)
+        ids, attention, text = _texts.pad(tokens, range(len(tokens)), self.pad_id)  # (B, T) each
+        with torch.inference_mode():
+            hidden = self.encoder(ids, attention).last_hidden_state  # (B, T, D)
+            vectors = pool(hidden, text.to(hidden.device), "mean").float()  # (B, D)
+            return torch.nn.functional.normalize(vectors, dim=-1).cpu().numpy()  # a zero vector stays zero
 
     def _emit(self, chat: _ChatJob, event: tuple) -> None:
         try:
@@ -418,6 +426,13 @@ class _Worker:
             self.active.remove(chat)
             chat.cache = None  # free the KV cache now, not when the request's coroutine lets go
             self._emit(chat, ("done", finish, len(chat.ids) + (token in self.eos)))
+
+
+def _inputs(rows: Sequence[tuple[_EmbedJob, int]]) -> _texts.Tokenized:
+    """The tokens of input ``i`` of ``job`` for each ``(job, i)`` of ``rows``, as one batch."""
+    return _texts.Tokenized(
+        prefix_ids=[job.tokens.prefix_ids[i] for job, i in rows], text_ids=[job.tokens.text_ids[i] for job, i in rows]
+    )
 
 
 def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generator | None) -> int:
@@ -801,7 +816,8 @@ def create_app(
         model_name = check_model(data)
         texts = _texts_of(data, limits.max_inputs)
         fmt, dims, instruction = _embedding_options(data, encoder.config.hidden_size, prompts)
-        # The library's own pipeline counts what encode() will read: sink token, prompt and text.
+        # The library's own pipeline, once: the tokens counted here (sink token, prompt and text) are the
+        # tokens the worker runs.
         try:
             tokens = await run_in_threadpool(_texts.tokenize, tokenizer, texts, instruction, sink=sink)
         except (TypeError, ValueError) as err:
@@ -819,7 +835,7 @@ def create_app(
             )
         if tokens.empty:
             raise ApiError(400, f"input[{tokens.empty[0]}] has no tokens: nothing to embed", "empty_input", "input")
-        job = _EmbedJob(texts, instruction, lengths)
+        job = _EmbedJob(tokens)
         worker.submit(job)
 
         def forget() -> None:

@@ -343,18 +343,39 @@ def _worker(server, **limits):
     return _Worker(app.state.encoder, None, app.state.encoder.tokenizer, Limits(**limits))
 
 
+def _job(server, texts, instruction=None):
+    """An embedding request as the HTTP handler hands it to the worker: its inputs, tokenized once."""
+    encoder = server.app.state.encoder
+    return _EmbedJob(nosink_texts.tokenize(encoder.tokenizer, texts, instruction, sink=encoder.sink_ids()))
+
+
+def test_an_embedding_request_is_tokenized_once(server, client, monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return tokenize(*args, **kwargs)
+
+    tokenize = nosink_texts.tokenize
+    monkeypatch.setattr(nosink_texts, "tokenize", counted)
+    got = client.embeddings.create(model="tiny", input=TEXTS, encoding_format="float")
+    assert calls == [TEXTS]  # the handler's tokens (counted for the limit) are the ones the worker runs
+    monkeypatch.undo()
+    np.testing.assert_allclose(_vectors(got), _encode(server, TEXTS), atol=1e-6, rtol=0)
+
+
 def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     worker = _worker(server, batch_texts=64, batch_wait_ms=0)
-    jobs = [_EmbedJob(["the cat sat"], None), _EmbedJob(TEXTS, None), _EmbedJob(["a dog"], PROMPTS["query"])]
-    gone = _EmbedJob(["we love food"], None, cancelled=True)  # its client disconnected while it waited
+    jobs = [_job(server, ["the cat sat"]), _job(server, TEXTS), _job(server, ["a dog"], PROMPTS["query"])]
+    gone = _job(server, ["we love food"])
+    gone.cancelled = True  # its client disconnected while it waited
     for job in [*jobs[:2], gone, jobs[2]]:
         worker.inbox.put(job)
     assert worker._take()
     worker._embed_step()
-    worker._embed_step()
     assert not worker.chunks
-    # one encode() call per instruction, for all waiting requests; the cancelled one is never computed
-    assert worker.stats == {"embedding_batches": 2, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
+    # one forward pass for all waiting requests, with or without a prompt; the cancelled one is never computed
+    assert worker.stats == {"embedding_batches": 1, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
     assert not gone.future.done()
     np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
     np.testing.assert_allclose(jobs[1].future.result(), _encode(server, TEXTS), atol=1e-5, rtol=0)
@@ -363,7 +384,8 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
 
 def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     worker = _worker(server, batch_texts=3, batch_wait_ms=0)
-    jobs = [_EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS, None)]
+    texts = [TEXTS[:2], TEXTS[:2], TEXTS]
+    jobs = [_job(server, t) for t in texts]
     for job in jobs:
         worker.inbox.put(job)
     worker._take()
@@ -372,14 +394,15 @@ def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     worker._embed_step()
     worker._embed_step()
     assert all(j.future.done() for j in jobs) and worker.stats["embedding_batches"] == 3
-    for job in jobs:
-        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+    for job, t in zip(jobs, texts, strict=True):
+        np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
 
 
 def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_between_them(server):
     worker = _worker(server, batch_size=2, batch_wait_ms=0)
-    short, long = _EmbedJob(["a", "the dog"], None), _EmbedJob(["the cat sat on the mat", "we like food"], None)
-    gone = _EmbedJob(["i", "you", "we", "the park"], None)
+    texts = {"short": ["a", "the dog"], "long": ["the cat sat on the mat", "we like food"]}
+    short, long = _job(server, texts["short"]), _job(server, texts["long"])
+    gone = _job(server, ["i", "you", "we", "the park"])
     for job in (short, long, gone):
         worker.inbox.put(job)
     worker._take()
@@ -388,22 +411,24 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
     gone.cancelled = True  # its client disconnects after its requests were gathered
     while worker.chunks:
         worker._embed_step()
-    # then [the park, the dog], [you, we], [a, i] by length: without `gone`, 2 batches of one text of `short`
+    # then by tokens (ties in arrival order) [the dog, the park], [a, i], [you, we]: without `gone`,
+    # 2 batches of one text of `short`
     assert worker.stats == {"embedding_batches": 3, "embedded_texts": 4, "chat_tokens": 0, "dropped": 0}
     assert not gone.future.done()  # never finished: none of its texts was computed
-    for job in (short, long):
-        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+    for job, t in ((short, texts["short"]), (long, texts["long"])):
+        np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
 
 
 def test_a_failing_request_does_not_fail_its_batch_companions(server):
     worker = _worker(server, batch_wait_ms=0)
-    good, bad = _EmbedJob(["the cat"], None), _EmbedJob([None], None, [1])  # a job the HTTP layer would have refused
+    good = _job(server, ["the cat"])
+    bad = _EmbedJob(nosink_texts.Tokenized(prefix_ids=[[1]], text_ids=[[10**6]]))  # an id the model does not have
     worker.inbox.put(good)
     worker.inbox.put(bad)
     worker._take()
     worker._embed_step()
     np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
-    with pytest.raises(ValueError, match="not a string"):
+    with pytest.raises(ValueError, match="vocabulary"):
         bad.future.result()
 
 
@@ -588,10 +613,10 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
     worker = server.app.state.worker
     release, held = threading.Event(), []
 
-    def hold(texts, instruction):  # the first batch keeps the worker busy until released
-        held.append(texts)
+    def hold(tokens):  # the first batch keeps the worker busy until released
+        held.append(tokens)
         release.wait(120)
-        return type(worker)._encode(worker, texts, instruction)
+        return type(worker)._encode(worker, tokens)
 
     worker._encode = hold
     try:
