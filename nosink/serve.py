@@ -26,6 +26,10 @@ KV cache and random generator): when both kinds of request wait, each gets about
 and neither waits behind a long run of the other. A request whose client has gone is dropped before it is
 computed (and between its batches), and a generation stops at its next token.
 
+**Starting.** :func:`bind` binds the address before anything slow happens (the command line binds it
+before loading the model), :func:`run` serves on those sockets and says when the server accepts
+connections; a failed start is one ``OSError``.
+
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
 
@@ -36,7 +40,9 @@ import hmac
 import json
 import logging
 import math
+import os
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -54,7 +60,7 @@ from nosink.layerspec.checks import printable
 from nosink.models import EncoderFromDecoder, pool
 from nosink.models import texts as _texts
 
-__all__ = ["ApiError", "Limits", "ServerThread", "create_app", "load_model", "run"]
+__all__ = ["ApiError", "Limits", "ServerThread", "bind", "create_app", "load_model", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -673,6 +679,14 @@ async def _until_done(request: Any, future: asyncio.Future, on_gone: Callable[[]
 # ---------------------------------------------------------------------------------------------- the app
 
 
+def _model_id(name_or_path: str) -> str:
+    """The model id a server gives by default: the last part of the hub id or folder, ``"model"`` if none."""
+    path = Path(name_or_path)
+    if name_or_path and path.is_dir():
+        path = path.resolve()  # "." is the folder's own name
+    return path.name or "model"
+
+
 def create_app(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -694,7 +708,8 @@ def create_app(
         model: a causal LM (with its head); a bare decoder serves embeddings only (``chat=False``).
         tokenizer: the model's tokenizer; chat needs its chat template.
         spec: the layer spec the embeddings use, e.g. ``"F* | M0B*10"``.
-        name: the model id clients send and ``/v1/models`` lists (default: the model's folder name).
+        name: the model id clients send and ``/v1/models`` lists; by default the last part of the hub id
+            or folder the model was loaded from (``SmolLM2-135M-Instruct``), ``"model"`` if it has none.
         chat: serve ``/v1/chat/completions``.
         prompts: named instructions for embeddings (``{"query": "Instruct: ...\\nQuery: "}``), chosen per
             request with ``prompt_name``; none is used unless asked for.
@@ -734,7 +749,7 @@ def create_app(
         raise ValueError("the tokenizer has no chat template: chat needs one (or pass chat=False)")
     encoder = EncoderFromDecoder.from_model(model, spec, tokenizer, sink_token=sink_token)
     sink = encoder.sink_ids()
-    name = name or Path(encoder.name_or_path or "model").name or "model"
+    name = name or _model_id(encoder.name_or_path)
     positions = getattr(encoder.config, "max_position_embeddings", None)
     worker = _Worker(encoder, model if chat else None, tokenizer, limits)
     started = int(time.time())
@@ -961,16 +976,167 @@ def create_app(
 # ---------------------------------------------------------------------------------------------- running it
 
 
-def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn until interrupted (binds to localhost unless told otherwise).
+def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` now, to serve on later with :func:`run` or :class:`ServerThread`.
+
+    Binding before a model loads makes a taken port or a wrong host an error at once, not after the
+    model has loaded; the server then listens on these very sockets, so nothing can take the port in
+    between. ``host`` is bound at every address it names (``"localhost"``: IPv4 and IPv6; ``""``: all
+    interfaces), as uvicorn would bind it. Close the sockets if they are not served.
+
+    Args:
+        host: the address to bind (``127.0.0.1``: this machine only).
+        port: the port; 0 picks a free one.
 
     Raises:
-        ImportError: if uvicorn is not installed.
+        ValueError: for a port that is not an integer from 0 to 65535.
+        OSError: ``cannot listen on HOST:PORT: ...`` with the system's reason (the address is in use,
+            the host is not one of this machine's addresses, ...).
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"the port must be an integer from 0 to 65535, got {printable(repr(port))}")
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sockets: list[socket.socket] = []
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(found):  # without repeats, in order
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":  # as asyncio binds for uvicorn: a port in TIME_WAIT can be taken again
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # IPv6 and IPv4 sockets side by side on one port
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # every address on the port the system picked for the first
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
+        raise OSError(f"cannot listen on {printable(where)}: {printable(str(err))}") from err
+    return sockets
+
+
+def _url(host: str, sockets: Sequence[socket.socket]) -> str:
+    """``http://host:port`` of the bound sockets (IPv6 hosts in brackets)."""
+    port = sockets[0].getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _HeldBack(logging.Filter):
+    """Holds back uvicorn's log records from one thread while its server starts.
+
+    uvicorn reports a failed start (the app's startup raising, ...) by logging it, then exits with
+    ``SystemExit(3)``: the caller gets one exception with the errors' messages instead, and none of the
+    records is shown. Once the server has started, :meth:`release` logs them as usual.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger, self.thread = logger, threading.get_ident()
+        self.records: list[logging.LogRecord] = []
+        logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self.thread:
+            return True
+        self.records.append(record)
+        return False
+
+    def errors(self) -> list[str]:
+        """The last line of each error record held (a traceback's last line is its exception)."""
+        lines = [[x.strip() for x in r.getMessage().splitlines() if x.strip()] for r in self.records]
+        return [text[-1] for text, r in zip(lines, self.records, strict=True) if text and r.levelno >= logging.ERROR]
+
+    def release(self, show: bool) -> None:
+        """Stop holding records back, logging those held if ``show``."""
+        self.logger.removeFilter(self)
+        held, self.records = self.records, []
+        for record in held if show else ():
+            self.logger.handle(record)
+
+
+def _server(
+    app: Any, host: str, sockets: list[socket.socket], log_level: str, on_started: Callable[[str], None] | None
+) -> Any:
+    """A uvicorn server of ``app`` on the bound ``sockets``; its ``serve_until_stopped()`` serves.
+
+    ``serve_until_stopped()`` calls ``on_started(url)`` once the server accepts connections, turns a
+    failed start into an OSError with uvicorn's message (uvicorn would log it and raise
+    ``SystemExit(3)``), and closes the sockets when the server stops.
     """
     import uvicorn
 
+    url = _url(host, sockets)
+
+    class Server(uvicorn.Server):
+        held: _HeldBack | None = None
+
+        def serve_until_stopped(self) -> None:
+            self.held = _HeldBack(logging.getLogger("uvicorn.error"))  # in the thread that runs the server
+            try:
+                self.run(sockets=sockets)
+            except SystemExit as exit:
+                if self.started:
+                    raise
+                reason = "; ".join(self.held.errors()) or f"uvicorn exited with status {exit.code}"
+                raise OSError(f"the server did not start: {printable(reason)}") from None
+            finally:
+                self.held.release(show=False)  # a no-op once started
+                for sock in sockets:
+                    sock.close()
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                await super().startup(sockets=sockets)
+            finally:
+                if self.held is not None and self.started:
+                    self.held.release(show=True)  # uvicorn's start-up lines, then its log as usual
+            if self.started and on_started is not None:
+                on_started(url)
+
+    port = sockets[0].getsockname()[1]
     # On Ctrl-C, open streams get 10 s to finish before they are cut.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    return Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10))
+
+
+def run(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    *,
+    sockets: list[socket.socket] | None = None,
+    on_started: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``app`` with uvicorn until interrupted (binds to localhost unless told otherwise).
+
+    On Ctrl-C, open streams get 10 s to finish before they are cut.
+
+    Args:
+        app: the app from :func:`create_app`.
+        host: the address to serve on.
+        port: the port.
+        log_level: uvicorn's log level.
+        sockets: sockets already bound to ``host:port`` by :func:`bind` (the command line binds them before
+            it loads the model); bound here if not given. They are closed when the server stops.
+        on_started: called with the server's URL (``http://host:port``) once it accepts connections.
+
+    Raises:
+        ImportError: if uvicorn is not installed.
+        ValueError: for a port that is not an integer from 0 to 65535.
+        OSError: if ``host:port`` cannot be bound, or the server does not start (the app's startup
+            failing, ...): one message, where uvicorn would log the error and exit.
+    """
+    sockets = bind(host, port) if sockets is None else sockets
+    try:
+        server = _server(app, host, sockets, log_level, on_started)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    server.serve_until_stopped()
+    if not server.started:  # stopped before it started (uvicorn.run exits with status 3 here)
+        raise OSError("the server did not start")
 
 
 class ServerThread:
@@ -982,45 +1148,60 @@ class ServerThread:
     Args:
         app: the app from :func:`create_app`.
         host: the address to bind.
-        port: the port; 0 picks a free one (see :attr:`port` once started).
+        port: the port; 0 picks a free one (see :attr:`port`).
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="nosink-server", daemon=True)
-        self.host = host
+        self.app, self.host, self._port = app, host, port
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._sockets: list[socket.socket] = []
 
     @property
     def port(self) -> int:
-        """The port the server listens on."""
-        return int(self.server.servers[0].sockets[0].getsockname()[1])
+        """The port the server listens on (the one asked for until it is started)."""
+        return int(self._sockets[0].getsockname()[1]) if self._sockets else self._port
 
     @property
     def url(self) -> str:
         """``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
+        return f"http://[{self.host}]:{self.port}" if ":" in self.host else f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> "ServerThread":
         """Start serving; returns once the server accepts connections.
 
         Raises:
+            OSError: if the address cannot be bound, or the server does not start (uvicorn's message).
             RuntimeError: if the server does not start within ``timeout`` seconds.
         """
+        self._sockets = bind(self.host, self._port)
+        self.server = _server(self.app, self.host, self._sockets, "warning", lambda url: self._started.set())
+
+        def serve() -> None:
+            try:
+                self.server.serve_until_stopped()
+            except BaseException as err:  # handed to start()
+                self._error = err
+            finally:
+                self._started.set()  # start() waits for this or for the server to start
+
+        self.thread = threading.Thread(target=serve, name="nosink-server", daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start (is the port free?)")
-            time.sleep(0.02)
+        if not self._started.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the server did not start within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
         return self
 
     def stop(self) -> None:
         """Stop serving and wait for the server (and its model worker) to finish."""
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
+        if self.server is not None:
+            self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout=60)
 
     def __enter__(self) -> "ServerThread":
         return self.start()

@@ -7,10 +7,15 @@ by uvicorn in a thread on a free localhost port; the real SmolLM2 gets the same 
 import base64
 import http.client
 import json
+import logging
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +28,11 @@ openai = pytest.importorskip("openai")
 import transformers as tf  # noqa: E402
 from tiny import CONFIGS, tiny_tokenizer  # noqa: E402
 
+import nosink.serve  # noqa: E402
 from nosink.models import texts as nosink_texts  # noqa: E402
-from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, create_app  # noqa: E402
+from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, bind, create_app, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = "test-key"
 SPEC = "F* | M0B*2"
@@ -495,25 +503,180 @@ def test_importing_nosink_does_not_import_the_web_stack():
     assert done.stdout.strip() == "[]"
 
 
+def _saved_chat_model(folder):
+    lm, tok = tiny_chat_model()
+    lm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
-    import nosink.serve
     from nosink.cli import main
 
-    lm, tok = tiny_chat_model()
-    lm.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
-    seen = {}
-    monkeypatch.setattr(nosink.serve, "run", lambda app, host, port: seen.update(app=app, host=host, port=port))
+    folder = _saved_chat_model(tmp_path / "m")
+    port, seen = _free_port(), {}
+
+    def fake_run(app, host, port, sockets, on_started):
+        seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets])
+
+    monkeypatch.setattr(nosink.serve, "run", fake_run)
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
-    args = ["serve", str(tmp_path / "m"), "--spec", SPEC, "--port", "8123", "--prompts", "query=what is\\n", "q2=a"]
+    args = ["serve", str(folder), "--spec", SPEC, "--port", str(port), "--prompts", "query=what is\\n", "q2=a"]
     assert main(args) == 0
-    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8123)
+    assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
     with ServerThread(app) as running:
         status, got = _raw(running, "GET", "/v1/models", headers={"Authorization": "Bearer from-env"})
         assert status == 200 and got["data"][0]["prompts"] == ["q2", "query"]
         assert _raw(running, "GET", "/v1/models")[0] == 401
+
+
+def test_the_model_id_is_named_in_one_place(tmp_path, monkeypatch):
+    from nosink.cli import main
+    from nosink.serve import load_model
+
+    folder = _saved_chat_model(tmp_path / "my-model")
+    apps = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: apps.append(app))
+    monkeypatch.chdir(folder)
+    assert main(["serve", ".", "--spec", SPEC, "--port", str(_free_port())]) == 0  # the folder ".": its own name
+    assert main(["serve", str(folder) + "/", "--spec", SPEC, "--port", str(_free_port()), "--name", "mine"]) == 0
+    assert [app.state.name for app in apps] == ["my-model", "mine"]
+    model, tok = load_model(folder)
+    assert create_app(model, tok, SPEC).state.name == "my-model"  # the library names it as the command line does
+    lm, tok = tiny_chat_model()
+    assert create_app(lm, tok, SPEC).state.name == "model"  # built in code: no folder to name it after
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "-1", "http"])
+def test_cli_serve_refuses_a_port_out_of_range_before_anything_else(tmp_path, capsys, port):
+    from nosink.cli import main
+
+    with pytest.raises(SystemExit) as exit:  # the folder does not exist either: the port is refused first
+        main(["serve", str(tmp_path / "missing"), "--spec", SPEC, "--port", port])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port" in err and "missing" not in err and "Traceback" not in err
+
+
+def _errors(text):
+    """The lines of ``text`` (stderr) other than progress bars (transformers' loading and saving)."""
+    return [line for line in text.splitlines() if line.strip() and not re.search(r"\| \d+/\d+ \[", line)]
+
+
+@pytest.fixture
+def uvicorn_logging():
+    """uvicorn configures its loggers for each server it builds (to the stderr of the moment): restore them."""
+    loggers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    saved = [(log.level, list(log.handlers), log.propagate) for log in loggers]
+    yield
+    for log, (level, handlers, propagate) in zip(loggers, saved, strict=True):
+        log.setLevel(level)
+        log.handlers[:] = handlers
+        log.propagate = propagate
+
+
+def _taken():
+    """A socket listening on a free localhost port: that port is taken."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_cli_serve_on_a_taken_port_fails_in_one_line_before_loading_the_model(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+
+    loaded = []
+    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
+    folder = _saved_chat_model(tmp_path / "m")
+    with _taken() as other:
+        port = other.getsockname()[1]
+        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(port)]) == 1
+    assert loaded == []
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1, err
+    assert err[0].startswith(f"nosink: error: cannot listen on 127.0.0.1:{port}: ") and "in use" in err[0], err
+
+
+def test_cli_serve_whose_server_fails_to_start_says_why_in_one_line(tmp_path, capfd, monkeypatch, uvicorn_logging):
+    from nosink.cli import main
+
+    def fail(self):
+        raise RuntimeError("no thread for the model")
+
+    monkeypatch.setattr(nosink.serve._Worker, "start", fail)  # the app's startup fails inside uvicorn
+    folder = _saved_chat_model(tmp_path / "m")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 1
+    err = _errors(capfd.readouterr().err)
+    assert len(err) == 1, err  # no "serving ..." line, no uvicorn log lines, no traceback
+    assert err[0].startswith("nosink: error: the server did not start: ") and "no thread for the model" in err[0]
+
+
+def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
+    folder = _saved_chat_model(tmp_path / "m")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--no-chat"]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        before = []
+        for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
+            if line.startswith("serving "):
+                break
+            before.append(line)
+        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1\n", before
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/health")  # at once, no retry: the server listens before it says so
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        rest = server.communicate(timeout=120)[1]
+    assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
+
+
+def test_bind_refuses_a_taken_port_or_a_bad_one():
+    with _taken() as other:
+        port = other.getsockname()[1]
+        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: .*in use"):
+            bind("127.0.0.1", port)
+        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: "):
+            ServerThread(create_app(*tiny_chat_model(), SPEC), port=port).start()
+    for port in (70000, -1, True, "80"):
+        with pytest.raises(ValueError, match="from 0 to 65535"):
+            bind("127.0.0.1", port)
+    (sock,) = bind("127.0.0.1", 0)
+    with sock:
+        assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
+
+
+def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd, monkeypatch, uvicorn_logging):
+    lm, tok = tiny_chat_model()
+    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
+    urls = []
+
+    def started(url):  # called by the server's event loop once it listens (so no HTTP request can be answered here)
+        urls.append(url)
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=60):
+            urls.append("connected")  # the system accepts the connection: the socket listens
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C: uvicorn stops, then raises it again as KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(app, port=0, on_started=started, log_level="warning")
+    assert len(urls) == 2 and urls[0].startswith("http://127.0.0.1:") and urls[1] == "connected"
+    monkeypatch.setattr(nosink.serve._Worker, "start", lambda self: 1 / 0)
+    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
+    capfd.readouterr()
+    with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
+        run(app, port=0, on_started=urls.append)
+    assert len(urls) == 2 and "ERROR" not in capfd.readouterr().err  # held back: the exception says it
 
 
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
