@@ -67,6 +67,9 @@ logger = logging.getLogger(__name__)
 # OpenAI's chat roles; "developer" is the newer name of "system".
 _ROLES = ("system", "developer", "user", "assistant")
 
+# The codes of the web framework's own errors (its routing raises these two); any other status: "http_error".
+_HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -778,7 +781,7 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Any, err: Any) -> Any:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        code = _HTTP_ERRORS.get(err.status_code, "http_error")
         return JSONResponse(ApiError(err.status_code, str(err.detail), code).body(), status_code=err.status_code)
 
     @app.exception_handler(Exception)

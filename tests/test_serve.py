@@ -4,6 +4,7 @@ A tiny random Llama (with its LM head) and the word-level test tokenizer, given 
 by uvicorn in a thread on a free localhost port; the real SmolLM2 gets the same checks when it is cached.
 """
 
+import ast
 import base64
 import http.client
 import json
@@ -244,6 +245,7 @@ BAD = [
     ("wrong api key", "/v1/embeddings", OK_EMBED, {"Authorization": "Bearer nope"}, 401, "invalid_api_key"),
     ("key without bearer", "/v1/chat/completions", OK_CHAT, {"Authorization": KEY}, 401, "invalid_api_key"),
     ("unknown route", "/v1/completions", OK_CHAT, {}, 404, "not_found"),
+    ("wrong method", "/v1/embeddings", b"", {"method": "GET"}, 405, "method_not_allowed"),
     ("chat: no messages", "/v1/chat/completions", {**OK_CHAT, "messages": []}, {}, 400, "invalid_messages"),
     ("chat: bad role", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "root", "content": "a"}]}, {}, 400, "invalid_value"),  # noqa: E501
     ("chat: content a number", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": 1}]}, {}, 400, "invalid_type"),  # noqa: E501
@@ -271,7 +273,8 @@ BAD = [
 def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
     server, client, name, path, body, headers, status, code
 ):
-    got_status, got = _raw(server, "POST", path, body, headers)
+    headers = dict(headers)
+    got_status, got = _raw(server, headers.pop("method", "POST"), path, body, headers)
     assert got_status == status, got
     assert set(got) == {"error"} and got["error"]["code"] == code
     assert got["error"]["type"] == "invalid_request_error"
@@ -279,6 +282,37 @@ def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
     # ... and the server still answers correctly.
     ok = client.embeddings.create(model="tiny", input=["the cat"], encoding_format="float")
     np.testing.assert_allclose(_vectors(ok), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
+
+
+def _codes_sent() -> set[tuple[str, str]]:
+    """``(status, code)`` of every error that nosink/serve.py answers, read from its source."""
+    source = ast.parse(Path(nosink.serve.__file__).read_text())
+    sent, framework = set(), []
+    for node in ast.walk(source):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ApiError":
+            status, code = node.args[0], node.args[2] if len(node.args) > 2 else None
+            if isinstance(status, ast.Constant) and isinstance(code, ast.Constant):
+                sent.add((str(status.value), code.value))
+            else:
+                framework.append(ast.unparse(node))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "_HTTP_ERRORS.get":
+            sent.add(("other", node.args[1].value))  # the code of any other status of the web framework
+    # The one error whose status and code are not written out: the web framework's, named by _HTTP_ERRORS.
+    assert len(framework) == 1 and "err.status_code" in framework[0], framework
+    sent |= {(str(status), code) for status, code in nosink.serve._HTTP_ERRORS.items()}
+    return sent
+
+
+def test_the_guide_lists_every_error_the_server_sends():
+    page = (ROOT / "docs" / "guides" / "serving.md").read_text()
+    table = page[page.index("| status | code | when |") :].split("\n\n")[0].splitlines()[2:]
+    listed = set()
+    for row in table:
+        status, codes = [cell.strip() for cell in row.strip("|").split("|")][:2]
+        listed |= {(status, code) for code in re.findall(r"`(\w+)`", codes)}
+    sent = _codes_sent()
+    assert {"499", "405", "500"} <= {status for status, _ in sent}  # the reading of the source finds them
+    assert listed == sent, f"not in the guide: {sorted(sent - listed)}; not sent: {sorted(listed - sent)}"
 
 
 def test_messages_quote_client_input_without_control_characters(server):
