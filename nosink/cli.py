@@ -514,15 +514,23 @@ def _message(err: BaseException) -> str:
 # ---- nosink serve: one block (parser and handler); the server itself is nosink/serve.py -------------------------
 
 
+def _port(text: str) -> int:
+    """An argparse ``type`` for ``--port``: an integer from 1 to 65535, refused at parse time."""
+    value = _count()(text)  # an integer, positive (positive_int)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {value}")
+    return value
+
+
 def _serve_parser(sub: Any) -> None:
     s = sub.add_parser("serve", help="serve chat and embeddings from one copy of the weights (OpenAI-compatible HTTP)")
     s.add_argument("model", help="hub id, local folder, or 'demo'")
     s.add_argument("--spec", required=True, help='layer spec of the embeddings, e.g. "F* | M0B*10"')
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    s.add_argument("--port", type=_count(), default=8000)
+    s.add_argument("--port", type=_port, default=8000, help="port to listen on, 1 to 65535 (default 8000)")
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $NOSINK_API_KEY)")
     s.add_argument("--no-chat", action="store_true", help="serve embeddings only (loads no LM head)")
-    s.add_argument("--name", help="model id clients send (default: the model folder's name)")
+    s.add_argument("--name", help="model id clients send (default: the last part of the hub id or folder)")
     s.add_argument("--prompts", nargs="+", default=[], metavar="NAME=TEXT",
                    help="named embedding instructions, chosen per request by prompt_name (\\n: newline)")  # fmt: skip
     s.add_argument("--dtype", default=None, help="weights' dtype (float32, bfloat16, ...; default: the checkpoint's)")
@@ -537,7 +545,7 @@ def _serve_parser(sub: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import os
 
-    from nosink.serve import Limits, create_app, load_model, run
+    from nosink.serve import Limits, bind, create_app, load_model, run
 
     prompts = {}
     for item in args.prompts:
@@ -546,16 +554,24 @@ def _serve(args: argparse.Namespace) -> int:
             raise ValueError(f"--prompts takes NAME=TEXT, got {printable(repr(item))}")
         prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
     path = _model_path(args.model)
-    model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
-    limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
-                    batch_size=args.batch_size)  # fmt: skip
-    api_key = args.api_key or os.environ.get("NOSINK_API_KEY") or None
-    name = args.name or ("SmolLM2-135M-Instruct" if args.model == "demo" else Path(str(args.model).rstrip("/")).name)
-    app = create_app(model, tokenizer, args.spec, name=name, chat=not args.no_chat, prompts=prompts, api_key=api_key,
-                     limits=limits)  # fmt: skip
-    print(f"serving {name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'}) on "
-          f"http://{args.host}:{args.port}/v1{' with an API key' if api_key else ''}", file=sys.stderr)  # fmt: skip
-    run(app, host=args.host, port=args.port)
+    sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
+    try:
+        model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
+        limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
+                        batch_size=args.batch_size)  # fmt: skip
+        api_key = args.api_key or os.environ.get("NOSINK_API_KEY") or None
+        app = create_app(model, tokenizer, args.spec, name=args.name, chat=not args.no_chat, prompts=prompts,
+                         api_key=api_key, limits=limits)  # fmt: skip
+        what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"
+        key = " with an API key" if api_key else ""
+
+        def started(url: str) -> None:
+            print(f"serving {what} on {url}/v1{key}", file=sys.stderr)
+
+        run(app, host=args.host, port=args.port, sockets=sockets, on_started=started)
+    finally:
+        for sock in sockets:  # run() closes them once served; here if it never ran
+            sock.close()
     return 0
 
 

@@ -14,14 +14,21 @@ RAG system. :func:`create_app` takes one causal LM, builds the encoder with
 
 **Concurrency.** One worker thread owns the model: every forward pass, of the encoder or of the LM,
 runs there, so the two never interleave inside a pass (they share every layer, the rotary tables and
-the config). Embedding requests wait in a queue; the worker takes all that are waiting (up to
+the config). An embedding request's texts are tokenized once, by its handler, with the library's
+pipeline (:func:`nosink.models.texts.tokenize`: sink token, prompt, text), which is also what the
+tokens-per-text limit counts. Requests wait in a queue; the worker takes all that are waiting (up to
 ``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more), sorts their
-texts by length (per named prompt) and cuts them into batches of ``Limits.batch_size``, each one
-:meth:`~EncoderFromDecoder.encode` call. Each turn of the worker's loop runs one such batch, then
+inputs by tokens (prompted or not: the prompt is in the tokens) and cuts them into batches of
+``Limits.batch_size``, each one forward pass of the encoder, pooled and normalised as
+:meth:`~EncoderFromDecoder.encode` does. Each turn of the worker's loop runs one such batch, then
 tokens of every active chat for as long as that batch took (at least one each; each chat has its own
 KV cache and random generator): when both kinds of request wait, each gets about half of the worker,
 and neither waits behind a long run of the other. A request whose client has gone is dropped before it is
 computed (and between its batches), and a generation stops at its next token.
+
+**Starting.** :func:`bind` binds the address before anything slow happens (the command line binds it
+before loading the model), :func:`run` serves on those sockets and says when the server accepts
+connections; a failed start is one ``OSError``.
 
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
@@ -33,7 +40,9 @@ import hmac
 import json
 import logging
 import math
+import os
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -48,15 +57,18 @@ import torch
 
 from nosink.layerspec import Spec
 from nosink.layerspec.checks import positive_int, printable
-from nosink.models import EncoderFromDecoder
+from nosink.models import EncoderFromDecoder, pool
 from nosink.models import texts as _texts
 
-__all__ = ["ApiError", "Limits", "ServerThread", "create_app", "load_model", "run"]
+__all__ = ["ApiError", "Limits", "ServerThread", "bind", "create_app", "load_model", "run"]
 
 logger = logging.getLogger(__name__)
 
 # OpenAI's chat roles; "developer" is the newer name of "system".
 _ROLES = ("system", "developer", "user", "assistant")
+
+# The codes of the web framework's own errors (its routing raises these two); any other status: "http_error".
+_HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
 
 
 @dataclass(frozen=True)
@@ -154,18 +166,19 @@ def load_model(
 
 @dataclass
 class _EmbedJob:
-    texts: list[str]
-    instruction: str | None
-    lengths: list[int] = field(default_factory=list)  # tokens per input (sorts the chunks); characters if not given
+    tokens: _texts.Tokenized  # the request's inputs (sink token, prompt, text), tokenized once by its handler
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     cancelled: bool = False
+    lengths: list[int] = field(init=False)  # tokens per input: sorts the gathered inputs
     # Filled by the worker thread, chunk by chunk.
     vectors: np.ndarray | None = None
     left: int = 0
 
     def __post_init__(self) -> None:
-        if not self.lengths:
-            self.lengths = [len(t) for t in self.texts]
+        self.lengths = self.tokens.lengths
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
 @dataclass
@@ -200,7 +213,7 @@ class _Worker:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: queue.Queue = queue.Queue()
         self.embeds: list[_EmbedJob] = []  # waiting requests
-        self.chunks: deque[tuple[str | None, list[tuple[_EmbedJob, int]]]] = deque()  # gathered (job, text index)
+        self.chunks: deque[list[tuple[_EmbedJob, int]]] = deque()  # gathered (job, input index), one batch each
         self.waiting: list[_ChatJob] = []
         self.active: list[_ChatJob] = []
         self.deadline: float | None = None  # when the oldest waiting embedding request stops waiting
@@ -208,6 +221,7 @@ class _Worker:
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        self.pad_id = _texts.pad_id(tokenizer)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from the event loop
@@ -270,7 +284,7 @@ class _Worker:
             pass
         for item in items:
             if item is _STOP:
-                for job in self.embeds + [job for _, rows in self.chunks for job, _ in rows]:
+                for job in self.embeds + [job for rows in self.chunks for job, _ in rows]:
                     if not job.future.cancel() and not job.future.done():  # already running
                         job.future.set_exception(RuntimeError("the server is shutting down"))
                 for chat in self.waiting + self.active:
@@ -285,7 +299,7 @@ class _Worker:
         return True
 
     def _embeddings_due(self) -> bool:
-        waiting = sum(len(job.texts) for job in self.embeds)
+        waiting = sum(len(job) for job in self.embeds)
         return waiting >= self.limits.batch_texts or time.monotonic() >= (self.deadline or 0.0)
 
     def _embed_step(self) -> None:
@@ -293,38 +307,38 @@ class _Worker:
         if not self.chunks:
             self._gather()
         if self.chunks:
-            self._run_chunk(*self.chunks.popleft())
+            self._run_chunk(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Take waiting requests (up to ``batch_texts`` texts) and cut their texts into length-sorted chunks.
+        """Take waiting requests (up to ``batch_texts`` texts) and cut their inputs into length-sorted chunks.
 
-        Sorting all gathered texts by length before cutting them into ``batch_size`` chunks pads each
-        forward pass as little as offline ``encode()`` pads its sorted batches.
+        Sorting all gathered inputs by length before cutting them into ``batch_size`` chunks pads each
+        forward pass as little as offline ``encode()`` pads its sorted batches. Inputs with different
+        prompts share chunks: each input's tokens already hold its prompt.
         """
         jobs, count = [], 0
-        while self.embeds and (not jobs or count + len(self.embeds[0].texts) <= self.limits.batch_texts):
+        while self.embeds and (not jobs or count + len(self.embeds[0]) <= self.limits.batch_texts):
             job = self.embeds.pop(0)
             if job.cancelled or not job.future.set_running_or_notify_cancel():
                 self.stats["dropped"] += 1  # its client is gone: not computed
                 continue
             jobs.append(job)
-            count += len(job.texts)
+            count += len(job)
         self.deadline = time.monotonic() if self.embeds else None  # those left have waited long enough
-        groups: dict[str | None, list[tuple[_EmbedJob, int]]] = {}
+        rows = []
         for job in jobs:
-            job.left = len(job.texts)
-            groups.setdefault(job.instruction, []).extend((job, i) for i in range(len(job.texts)))
+            job.left = len(job)
+            rows.extend((job, i) for i in range(len(job)))
+        rows.sort(key=lambda row: -row[0].lengths[row[1]])  # stable: ties keep arrival order
         size = self.limits.batch_size
-        for instruction, rows in groups.items():
-            rows.sort(key=lambda row: -row[0].lengths[row[1]])
-            self.chunks.extend((instruction, rows[i : i + size]) for i in range(0, len(rows), size))
+        self.chunks.extend(rows[i : i + size] for i in range(0, len(rows), size))
 
-    def _run_chunk(self, instruction: str | None, rows: list[tuple[_EmbedJob, int]]) -> None:
+    def _run_chunk(self, rows: list[tuple[_EmbedJob, int]]) -> None:
         rows = [(job, i) for job, i in rows if not job.cancelled and not job.future.done()]
         if not rows:
             return  # every request in it is gone or failed: its texts are not computed
         try:
-            vectors = self._encode([job.texts[i] for job, i in rows], instruction)
+            vectors = self._encode(_inputs(rows))
         except Exception as err:
             jobs = list({id(job): job for job, _ in rows}.values())
             if len(jobs) == 1:
@@ -333,7 +347,7 @@ class _Worker:
             for job in jobs:  # one request's failure must not fail its batch companions
                 mine = [(j, i) for j, i in rows if j is job]
                 try:
-                    self._deliver(mine, self._encode([job.texts[i] for _, i in mine], instruction))
+                    self._deliver(mine, self._encode(_inputs(mine)))
                 except Exception as alone:
                     self._fail(job, alone)
             return
@@ -342,7 +356,7 @@ class _Worker:
     def _deliver(self, rows: list[tuple[_EmbedJob, int]], vectors: np.ndarray) -> None:
         for (job, i), vector in zip(rows, vectors, strict=True):
             if job.vectors is None:
-                job.vectors = np.empty((len(job.texts), vectors.shape[1]), dtype=np.float32)
+                job.vectors = np.empty((len(job), vectors.shape[1]), dtype=np.float32)
             job.vectors[i] = vector
             job.left -= 1
             if job.left == 0:
@@ -352,17 +366,20 @@ class _Worker:
         job.cancelled = True  # its other chunks are skipped
         job.future.set_exception(err)
 
-    def _encode(self, texts: list[str], instruction: str | None) -> np.ndarray:
+    def _encode(self, tokens: _texts.Tokenized) -> np.ndarray:
+        """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them.
+
+        The steps of ``encode()`` on tokens that the request handler has already made (and checked):
+        pad (right), run the encoder, mean-pool the text tokens (never the sink token or the prompt),
+        normalise. No text is tokenized twice.
+        """
         self.stats["embedding_batches"] += 1
-        self.stats["embedded_texts"] += len(texts)
-        return self.encoder.encode(
-            texts,
-            instruction,
-            batch_size=self.limits.batch_size,
-            max_length=self.limits.max_tokens_per_text,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        self.stats["embedded_texts"] += len(tokens)
+        ids, attention, text = _texts.pad(tokens, range(len(tokens)), self.pad_id)  # (B, T) each
+        with torch.inference_mode():
+            hidden = self.encoder(ids, attention).last_hidden_state  # (B, T, D)
+            vectors = pool(hidden, text.to(hidden.device), "mean").float()  # (B, D)
+            return torch.nn.functional.normalize(vectors, dim=-1).cpu().numpy()  # a zero vector stays zero
 
     def _emit(self, chat: _ChatJob, event: tuple) -> None:
         try:
@@ -418,6 +435,13 @@ class _Worker:
             self.active.remove(chat)
             chat.cache = None  # free the KV cache now, not when the request's coroutine lets go
             self._emit(chat, ("done", finish, len(chat.ids) + (token in self.eos)))
+
+
+def _inputs(rows: Sequence[tuple[_EmbedJob, int]]) -> _texts.Tokenized:
+    """The tokens of input ``i`` of ``job`` for each ``(job, i)`` of ``rows``, as one batch."""
+    return _texts.Tokenized(
+        prefix_ids=[job.tokens.prefix_ids[i] for job, i in rows], text_ids=[job.tokens.text_ids[i] for job, i in rows]
+    )
 
 
 def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generator | None) -> int:
@@ -658,6 +682,14 @@ async def _until_done(request: Any, future: asyncio.Future, on_gone: Callable[[]
 # ---------------------------------------------------------------------------------------------- the app
 
 
+def _model_id(name_or_path: str) -> str:
+    """The model id a server gives by default: the last part of the hub id or folder, ``"model"`` if none."""
+    path = Path(name_or_path)
+    if name_or_path and path.is_dir():
+        path = path.resolve()  # "." is the folder's own name
+    return path.name or "model"
+
+
 def create_app(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -679,7 +711,8 @@ def create_app(
         model: a causal LM (with its head); a bare decoder serves embeddings only (``chat=False``).
         tokenizer: the model's tokenizer; chat needs its chat template.
         spec: the layer spec the embeddings use, e.g. ``"F* | M0B*10"``.
-        name: the model id clients send and ``/v1/models`` lists (default: the model's folder name).
+        name: the model id clients send and ``/v1/models`` lists; by default the last part of the hub id
+            or folder the model was loaded from (``SmolLM2-135M-Instruct``), ``"model"`` if it has none.
         chat: serve ``/v1/chat/completions``.
         prompts: named instructions for embeddings (``{"query": "Instruct: ...\\nQuery: "}``), chosen per
             request with ``prompt_name``; none is used unless asked for.
@@ -719,7 +752,7 @@ def create_app(
         raise ValueError("the tokenizer has no chat template: chat needs one (or pass chat=False)")
     encoder = EncoderFromDecoder.from_model(model, spec, tokenizer, sink_token=sink_token)
     sink = encoder.sink_ids()
-    name = name or Path(encoder.name_or_path or "model").name or "model"
+    name = name or _model_id(encoder.name_or_path)
     positions = getattr(encoder.config, "max_position_embeddings", None)
     worker = _Worker(encoder, model if chat else None, tokenizer, limits)
     started = int(time.time())
@@ -748,7 +781,7 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Any, err: Any) -> Any:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
+        code = _HTTP_ERRORS.get(err.status_code, "http_error")
         return JSONResponse(ApiError(err.status_code, str(err.detail), code).body(), status_code=err.status_code)
 
     @app.exception_handler(Exception)
@@ -801,7 +834,8 @@ def create_app(
         model_name = check_model(data)
         texts = _texts_of(data, limits.max_inputs)
         fmt, dims, instruction = _embedding_options(data, encoder.config.hidden_size, prompts)
-        # The library's own pipeline counts what encode() will read: sink token, prompt and text.
+        # The library's own pipeline, once: the tokens counted here (sink token, prompt and text) are the
+        # tokens the worker runs.
         try:
             tokens = await run_in_threadpool(_texts.tokenize, tokenizer, texts, instruction, sink=sink)
         except (TypeError, ValueError) as err:
@@ -819,7 +853,7 @@ def create_app(
             )
         if tokens.empty:
             raise ApiError(400, f"input[{tokens.empty[0]}] has no tokens: nothing to embed", "empty_input", "input")
-        job = _EmbedJob(texts, instruction, lengths)
+        job = _EmbedJob(tokens)
         worker.submit(job)
 
         def forget() -> None:
@@ -945,16 +979,167 @@ def create_app(
 # ---------------------------------------------------------------------------------------------- running it
 
 
-def run(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn until interrupted (binds to localhost unless told otherwise).
+def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
+    """Sockets bound to ``host:port`` now, to serve on later with :func:`run` or :class:`ServerThread`.
+
+    Binding before a model loads makes a taken port or a wrong host an error at once, not after the
+    model has loaded; the server then listens on these very sockets, so nothing can take the port in
+    between. ``host`` is bound at every address it names (``"localhost"``: IPv4 and IPv6; ``""``: all
+    interfaces), as uvicorn would bind it. Close the sockets if they are not served.
+
+    Args:
+        host: the address to bind (``127.0.0.1``: this machine only).
+        port: the port; 0 picks a free one.
 
     Raises:
-        ImportError: if uvicorn is not installed.
+        ValueError: for a port that is not an integer from 0 to 65535.
+        OSError: ``cannot listen on HOST:PORT: ...`` with the system's reason (the address is in use,
+            the host is not one of this machine's addresses, ...).
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"the port must be an integer from 0 to 65535, got {printable(repr(port))}")
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sockets: list[socket.socket] = []
+    try:
+        found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(found):  # without repeats, in order
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":  # as asyncio binds for uvicorn: a port in TIME_WAIT can be taken again
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # IPv6 and IPv4 sockets side by side on one port
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # every address on the port the system picked for the first
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
+        raise OSError(f"cannot listen on {printable(where)}: {printable(str(err))}") from err
+    return sockets
+
+
+def _url(host: str, sockets: Sequence[socket.socket]) -> str:
+    """``http://host:port`` of the bound sockets (IPv6 hosts in brackets)."""
+    port = sockets[0].getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _HeldBack(logging.Filter):
+    """Holds back uvicorn's log records from one thread while its server starts.
+
+    uvicorn reports a failed start (the app's startup raising, ...) by logging it, then exits with
+    ``SystemExit(3)``: the caller gets one exception with the errors' messages instead, and none of the
+    records is shown. Once the server has started, :meth:`release` logs them as usual.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger, self.thread = logger, threading.get_ident()
+        self.records: list[logging.LogRecord] = []
+        logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self.thread:
+            return True
+        self.records.append(record)
+        return False
+
+    def errors(self) -> list[str]:
+        """The last line of each error record held (a traceback's last line is its exception)."""
+        lines = [[x.strip() for x in r.getMessage().splitlines() if x.strip()] for r in self.records]
+        return [text[-1] for text, r in zip(lines, self.records, strict=True) if text and r.levelno >= logging.ERROR]
+
+    def release(self, show: bool) -> None:
+        """Stop holding records back, logging those held if ``show``."""
+        self.logger.removeFilter(self)
+        held, self.records = self.records, []
+        for record in held if show else ():
+            self.logger.handle(record)
+
+
+def _server(
+    app: Any, host: str, sockets: list[socket.socket], log_level: str, on_started: Callable[[str], None] | None
+) -> Any:
+    """A uvicorn server of ``app`` on the bound ``sockets``; its ``serve_until_stopped()`` serves.
+
+    ``serve_until_stopped()`` calls ``on_started(url)`` once the server accepts connections, turns a
+    failed start into an OSError with uvicorn's message (uvicorn would log it and raise
+    ``SystemExit(3)``), and closes the sockets when the server stops.
     """
     import uvicorn
 
+    url = _url(host, sockets)
+
+    class Server(uvicorn.Server):
+        held: _HeldBack | None = None
+
+        def serve_until_stopped(self) -> None:
+            self.held = _HeldBack(logging.getLogger("uvicorn.error"))  # in the thread that runs the server
+            try:
+                self.run(sockets=sockets)
+            except SystemExit as exit:
+                if self.started:
+                    raise
+                reason = "; ".join(self.held.errors()) or f"uvicorn exited with status {exit.code}"
+                raise OSError(f"the server did not start: {printable(reason)}") from None
+            finally:
+                self.held.release(show=False)  # a no-op once started
+                for sock in sockets:
+                    sock.close()
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                await super().startup(sockets=sockets)
+            finally:
+                if self.held is not None and self.started:
+                    self.held.release(show=True)  # uvicorn's start-up lines, then its log as usual
+            if self.started and on_started is not None:
+                on_started(url)
+
+    port = sockets[0].getsockname()[1]
     # On Ctrl-C, open streams get 10 s to finish before they are cut.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    return Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10))
+
+
+def run(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    *,
+    sockets: list[socket.socket] | None = None,
+    on_started: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``app`` with uvicorn until interrupted (binds to localhost unless told otherwise).
+
+    On Ctrl-C, open streams get 10 s to finish before they are cut.
+
+    Args:
+        app: the app from :func:`create_app`.
+        host: the address to serve on.
+        port: the port.
+        log_level: uvicorn's log level.
+        sockets: sockets already bound to ``host:port`` by :func:`bind` (the command line binds them before
+            it loads the model); bound here if not given. They are closed when the server stops.
+        on_started: called with the server's URL (``http://host:port``) once it accepts connections.
+
+    Raises:
+        ImportError: if uvicorn is not installed.
+        ValueError: for a port that is not an integer from 0 to 65535.
+        OSError: if ``host:port`` cannot be bound, or the server does not start (the app's startup
+            failing, ...): one message, where uvicorn would log the error and exit.
+    """
+    sockets = bind(host, port) if sockets is None else sockets
+    try:
+        server = _server(app, host, sockets, log_level, on_started)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    server.serve_until_stopped()
+    if not server.started:  # stopped before it started (uvicorn.run exits with status 3 here)
+        raise OSError("the server did not start")
 
 
 class ServerThread:
@@ -966,45 +1151,60 @@ class ServerThread:
     Args:
         app: the app from :func:`create_app`.
         host: the address to bind.
-        port: the port; 0 picks a free one (see :attr:`port` once started).
+        port: the port; 0 picks a free one (see :attr:`port`).
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="nosink-server", daemon=True)
-        self.host = host
+        self.app, self.host, self._port = app, host, port
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._sockets: list[socket.socket] = []
 
     @property
     def port(self) -> int:
-        """The port the server listens on."""
-        return int(self.server.servers[0].sockets[0].getsockname()[1])
+        """The port the server listens on (the one asked for until it is started)."""
+        return int(self._sockets[0].getsockname()[1]) if self._sockets else self._port
 
     @property
     def url(self) -> str:
         """``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
+        return f"http://[{self.host}]:{self.port}" if ":" in self.host else f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> "ServerThread":
         """Start serving; returns once the server accepts connections.
 
         Raises:
+            OSError: if the address cannot be bound, or the server does not start (uvicorn's message).
             RuntimeError: if the server does not start within ``timeout`` seconds.
         """
+        self._sockets = bind(self.host, self._port)
+        self.server = _server(self.app, self.host, self._sockets, "warning", lambda url: self._started.set())
+
+        def serve() -> None:
+            try:
+                self.server.serve_until_stopped()
+            except BaseException as err:  # handed to start()
+                self._error = err
+            finally:
+                self._started.set()  # start() waits for this or for the server to start
+
+        self.thread = threading.Thread(target=serve, name="nosink-server", daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start (is the port free?)")
-            time.sleep(0.02)
+        if not self._started.wait(timeout):
+            self.stop()
+            raise RuntimeError(f"the server did not start within {timeout:g} s")
+        if self._error is not None:
+            raise self._error
         return self
 
     def stop(self) -> None:
         """Stop serving and wait for the server (and its model worker) to finish."""
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
+        if self.server is not None:
+            self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout=60)
 
     def __enter__(self) -> "ServerThread":
         return self.start()

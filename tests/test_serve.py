@@ -4,13 +4,19 @@ A tiny random Llama (with its LM head) and the word-level test tokenizer, given 
 by uvicorn in a thread on a free localhost port; the real SmolLM2 gets the same checks when it is cached.
 """
 
+import ast
 import base64
 import http.client
 import json
+import logging
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +29,11 @@ openai = pytest.importorskip("openai")
 import transformers as tf  # noqa: E402
 from tiny import CONFIGS, tiny_tokenizer  # noqa: E402
 
+import nosink.serve  # noqa: E402
 from nosink.models import texts as nosink_texts  # noqa: E402
-from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, create_app  # noqa: E402
+from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, bind, create_app, run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = "test-key"
 SPEC = "F* | M0B*2"
@@ -236,6 +245,7 @@ BAD = [
     ("wrong api key", "/v1/embeddings", OK_EMBED, {"Authorization": "Bearer nope"}, 401, "invalid_api_key"),
     ("key without bearer", "/v1/chat/completions", OK_CHAT, {"Authorization": KEY}, 401, "invalid_api_key"),
     ("unknown route", "/v1/completions", OK_CHAT, {}, 404, "not_found"),
+    ("wrong method", "/v1/embeddings", b"", {"method": "GET"}, 405, "method_not_allowed"),
     ("chat: no messages", "/v1/chat/completions", {**OK_CHAT, "messages": []}, {}, 400, "invalid_messages"),
     ("chat: bad role", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "root", "content": "a"}]}, {}, 400, "invalid_value"),  # noqa: E501
     ("chat: content a number", "/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": 1}]}, {}, 400, "invalid_type"),  # noqa: E501
@@ -263,7 +273,8 @@ BAD = [
 def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
     server, client, name, path, body, headers, status, code
 ):
-    got_status, got = _raw(server, "POST", path, body, headers)
+    headers = dict(headers)
+    got_status, got = _raw(server, headers.pop("method", "POST"), path, body, headers)
     assert got_status == status, got
     assert set(got) == {"error"} and got["error"]["code"] == code
     assert got["error"]["type"] == "invalid_request_error"
@@ -271,6 +282,37 @@ def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
     # ... and the server still answers correctly.
     ok = client.embeddings.create(model="tiny", input=["the cat"], encoding_format="float")
     np.testing.assert_allclose(_vectors(ok), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
+
+
+def _codes_sent() -> set[tuple[str, str]]:
+    """``(status, code)`` of every error that nosink/serve.py answers, read from its source."""
+    source = ast.parse(Path(nosink.serve.__file__).read_text())
+    sent, framework = set(), []
+    for node in ast.walk(source):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ApiError":
+            status, code = node.args[0], node.args[2] if len(node.args) > 2 else None
+            if isinstance(status, ast.Constant) and isinstance(code, ast.Constant):
+                sent.add((str(status.value), code.value))
+            else:
+                framework.append(ast.unparse(node))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "_HTTP_ERRORS.get":
+            sent.add(("other", node.args[1].value))  # the code of any other status of the web framework
+    # The one error whose status and code are not written out: the web framework's, named by _HTTP_ERRORS.
+    assert len(framework) == 1 and "err.status_code" in framework[0], framework
+    sent |= {(str(status), code) for status, code in nosink.serve._HTTP_ERRORS.items()}
+    return sent
+
+
+def test_the_guide_lists_every_error_the_server_sends():
+    page = (ROOT / "docs" / "guides" / "serving.md").read_text()
+    table = page[page.index("| status | code | when |") :].split("\n\n")[0].splitlines()[2:]
+    listed = set()
+    for row in table:
+        status, codes = [cell.strip() for cell in row.strip("|").split("|")][:2]
+        listed |= {(status, code) for code in re.findall(r"`(\w+)`", codes)}
+    sent = _codes_sent()
+    assert {"499", "405", "500"} <= {status for status, _ in sent}  # the reading of the source finds them
+    assert listed == sent, f"not in the guide: {sorted(sent - listed)}; not sent: {sorted(listed - sent)}"
 
 
 def test_messages_quote_client_input_without_control_characters(server):
@@ -343,18 +385,39 @@ def _worker(server, **limits):
     return _Worker(app.state.encoder, None, app.state.encoder.tokenizer, Limits(**limits))
 
 
+def _job(server, texts, instruction=None):
+    """An embedding request as the HTTP handler hands it to the worker: its inputs, tokenized once."""
+    encoder = server.app.state.encoder
+    return _EmbedJob(nosink_texts.tokenize(encoder.tokenizer, texts, instruction, sink=encoder.sink_ids()))
+
+
+def test_an_embedding_request_is_tokenized_once(server, client, monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return tokenize(*args, **kwargs)
+
+    tokenize = nosink_texts.tokenize
+    monkeypatch.setattr(nosink_texts, "tokenize", counted)
+    got = client.embeddings.create(model="tiny", input=TEXTS, encoding_format="float")
+    assert calls == [TEXTS]  # the handler's tokens (counted for the limit) are the ones the worker runs
+    monkeypatch.undo()
+    np.testing.assert_allclose(_vectors(got), _encode(server, TEXTS), atol=1e-6, rtol=0)
+
+
 def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     worker = _worker(server, batch_texts=64, batch_wait_ms=0)
-    jobs = [_EmbedJob(["the cat sat"], None), _EmbedJob(TEXTS, None), _EmbedJob(["a dog"], PROMPTS["query"])]
-    gone = _EmbedJob(["we love food"], None, cancelled=True)  # its client disconnected while it waited
+    jobs = [_job(server, ["the cat sat"]), _job(server, TEXTS), _job(server, ["a dog"], PROMPTS["query"])]
+    gone = _job(server, ["we love food"])
+    gone.cancelled = True  # its client disconnected while it waited
     for job in [*jobs[:2], gone, jobs[2]]:
         worker.inbox.put(job)
     assert worker._take()
     worker._embed_step()
-    worker._embed_step()
     assert not worker.chunks
-    # one encode() call per instruction, for all waiting requests; the cancelled one is never computed
-    assert worker.stats == {"embedding_batches": 2, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
+    # one forward pass for all waiting requests, with or without a prompt; the cancelled one is never computed
+    assert worker.stats == {"embedding_batches": 1, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
     assert not gone.future.done()
     np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
     np.testing.assert_allclose(jobs[1].future.result(), _encode(server, TEXTS), atol=1e-5, rtol=0)
@@ -363,7 +426,8 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
 
 def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     worker = _worker(server, batch_texts=3, batch_wait_ms=0)
-    jobs = [_EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS[:2], None), _EmbedJob(TEXTS, None)]
+    texts = [TEXTS[:2], TEXTS[:2], TEXTS]
+    jobs = [_job(server, t) for t in texts]
     for job in jobs:
         worker.inbox.put(job)
     worker._take()
@@ -372,14 +436,15 @@ def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     worker._embed_step()
     worker._embed_step()
     assert all(j.future.done() for j in jobs) and worker.stats["embedding_batches"] == 3
-    for job in jobs:
-        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+    for job, t in zip(jobs, texts, strict=True):
+        np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
 
 
 def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_between_them(server):
     worker = _worker(server, batch_size=2, batch_wait_ms=0)
-    short, long = _EmbedJob(["a", "the dog"], None), _EmbedJob(["the cat sat on the mat", "we like food"], None)
-    gone = _EmbedJob(["i", "you", "we", "the park"], None)
+    texts = {"short": ["a", "the dog"], "long": ["the cat sat on the mat", "we like food"]}
+    short, long = _job(server, texts["short"]), _job(server, texts["long"])
+    gone = _job(server, ["i", "you", "we", "the park"])
     for job in (short, long, gone):
         worker.inbox.put(job)
     worker._take()
@@ -388,22 +453,24 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
     gone.cancelled = True  # its client disconnects after its requests were gathered
     while worker.chunks:
         worker._embed_step()
-    # then [the park, the dog], [you, we], [a, i] by length: without `gone`, 2 batches of one text of `short`
+    # then by tokens (ties in arrival order) [the dog, the park], [a, i], [you, we]: without `gone`,
+    # 2 batches of one text of `short`
     assert worker.stats == {"embedding_batches": 3, "embedded_texts": 4, "chat_tokens": 0, "dropped": 0}
     assert not gone.future.done()  # never finished: none of its texts was computed
-    for job in (short, long):
-        np.testing.assert_allclose(job.future.result(), _encode(server, job.texts), atol=1e-5, rtol=0)
+    for job, t in ((short, texts["short"]), (long, texts["long"])):
+        np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
 
 
 def test_a_failing_request_does_not_fail_its_batch_companions(server):
     worker = _worker(server, batch_wait_ms=0)
-    good, bad = _EmbedJob(["the cat"], None), _EmbedJob([None], None, [1])  # a job the HTTP layer would have refused
+    good = _job(server, ["the cat"])
+    bad = _EmbedJob(nosink_texts.Tokenized(prefix_ids=[[1]], text_ids=[[10**6]]))  # an id the model does not have
     worker.inbox.put(good)
     worker.inbox.put(bad)
     worker._take()
     worker._embed_step()
     np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
-    with pytest.raises(ValueError, match="not a string"):
+    with pytest.raises(ValueError, match="vocabulary"):
         bad.future.result()
 
 
@@ -470,25 +537,180 @@ def test_importing_nosink_does_not_import_the_web_stack():
     assert done.stdout.strip() == "[]"
 
 
+def _saved_chat_model(folder):
+    lm, tok = tiny_chat_model()
+    lm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
-    import nosink.serve
     from nosink.cli import main
 
-    lm, tok = tiny_chat_model()
-    lm.save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
-    seen = {}
-    monkeypatch.setattr(nosink.serve, "run", lambda app, host, port: seen.update(app=app, host=host, port=port))
+    folder = _saved_chat_model(tmp_path / "m")
+    port, seen = _free_port(), {}
+
+    def fake_run(app, host, port, sockets, on_started):
+        seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets])
+
+    monkeypatch.setattr(nosink.serve, "run", fake_run)
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
-    args = ["serve", str(tmp_path / "m"), "--spec", SPEC, "--port", "8123", "--prompts", "query=what is\\n", "q2=a"]
+    args = ["serve", str(folder), "--spec", SPEC, "--port", str(port), "--prompts", "query=what is\\n", "q2=a"]
     assert main(args) == 0
-    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8123)
+    assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
     with ServerThread(app) as running:
         status, got = _raw(running, "GET", "/v1/models", headers={"Authorization": "Bearer from-env"})
         assert status == 200 and got["data"][0]["prompts"] == ["q2", "query"]
         assert _raw(running, "GET", "/v1/models")[0] == 401
+
+
+def test_the_model_id_is_named_in_one_place(tmp_path, monkeypatch):
+    from nosink.cli import main
+    from nosink.serve import load_model
+
+    folder = _saved_chat_model(tmp_path / "my-model")
+    apps = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: apps.append(app))
+    monkeypatch.chdir(folder)
+    assert main(["serve", ".", "--spec", SPEC, "--port", str(_free_port())]) == 0  # the folder ".": its own name
+    assert main(["serve", str(folder) + "/", "--spec", SPEC, "--port", str(_free_port()), "--name", "mine"]) == 0
+    assert [app.state.name for app in apps] == ["my-model", "mine"]
+    model, tok = load_model(folder)
+    assert create_app(model, tok, SPEC).state.name == "my-model"  # the library names it as the command line does
+    lm, tok = tiny_chat_model()
+    assert create_app(lm, tok, SPEC).state.name == "model"  # built in code: no folder to name it after
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "-1", "http"])
+def test_cli_serve_refuses_a_port_out_of_range_before_anything_else(tmp_path, capsys, port):
+    from nosink.cli import main
+
+    with pytest.raises(SystemExit) as exit:  # the folder does not exist either: the port is refused first
+        main(["serve", str(tmp_path / "missing"), "--spec", SPEC, "--port", port])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port" in err and "missing" not in err and "Traceback" not in err
+
+
+def _errors(text):
+    """The lines of ``text`` (stderr) other than progress bars (transformers' loading and saving)."""
+    return [line for line in text.splitlines() if line.strip() and not re.search(r"\| \d+/\d+ \[", line)]
+
+
+@pytest.fixture
+def uvicorn_logging():
+    """uvicorn configures its loggers for each server it builds (to the stderr of the moment): restore them."""
+    loggers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    saved = [(log.level, list(log.handlers), log.propagate) for log in loggers]
+    yield
+    for log, (level, handlers, propagate) in zip(loggers, saved, strict=True):
+        log.setLevel(level)
+        log.handlers[:] = handlers
+        log.propagate = propagate
+
+
+def _taken():
+    """A socket listening on a free localhost port: that port is taken."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_cli_serve_on_a_taken_port_fails_in_one_line_before_loading_the_model(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+
+    loaded = []
+    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
+    folder = _saved_chat_model(tmp_path / "m")
+    with _taken() as other:
+        port = other.getsockname()[1]
+        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(port)]) == 1
+    assert loaded == []
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1, err
+    assert err[0].startswith(f"nosink: error: cannot listen on 127.0.0.1:{port}: ") and "in use" in err[0], err
+
+
+def test_cli_serve_whose_server_fails_to_start_says_why_in_one_line(tmp_path, capfd, monkeypatch, uvicorn_logging):
+    from nosink.cli import main
+
+    def fail(self):
+        raise RuntimeError("no thread for the model")
+
+    monkeypatch.setattr(nosink.serve._Worker, "start", fail)  # the app's startup fails inside uvicorn
+    folder = _saved_chat_model(tmp_path / "m")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 1
+    err = _errors(capfd.readouterr().err)
+    assert len(err) == 1, err  # no "serving ..." line, no uvicorn log lines, no traceback
+    assert err[0].startswith("nosink: error: the server did not start: ") and "no thread for the model" in err[0]
+
+
+def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
+    folder = _saved_chat_model(tmp_path / "m")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--no-chat"]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        before = []
+        for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
+            if line.startswith("serving "):
+                break
+            before.append(line)
+        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1\n", before
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/health")  # at once, no retry: the server listens before it says so
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        rest = server.communicate(timeout=120)[1]
+    assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
+
+
+def test_bind_refuses_a_taken_port_or_a_bad_one():
+    with _taken() as other:
+        port = other.getsockname()[1]
+        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: .*in use"):
+            bind("127.0.0.1", port)
+        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: "):
+            ServerThread(create_app(*tiny_chat_model(), SPEC), port=port).start()
+    for port in (70000, -1, True, "80"):
+        with pytest.raises(ValueError, match="from 0 to 65535"):
+            bind("127.0.0.1", port)
+    (sock,) = bind("127.0.0.1", 0)
+    with sock:
+        assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
+
+
+def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd, monkeypatch, uvicorn_logging):
+    lm, tok = tiny_chat_model()
+    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
+    urls = []
+
+    def started(url):  # called by the server's event loop once it listens (so no HTTP request can be answered here)
+        urls.append(url)
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=60):
+            urls.append("connected")  # the system accepts the connection: the socket listens
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C: uvicorn stops, then raises it again as KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(app, port=0, on_started=started, log_level="warning")
+    assert len(urls) == 2 and urls[0].startswith("http://127.0.0.1:") and urls[1] == "connected"
+    monkeypatch.setattr(nosink.serve._Worker, "start", lambda self: 1 / 0)
+    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
+    capfd.readouterr()
+    with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
+        run(app, port=0, on_started=urls.append)
+    assert len(urls) == 2 and "ERROR" not in capfd.readouterr().err  # held back: the exception says it
 
 
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
@@ -588,10 +810,10 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
     worker = server.app.state.worker
     release, held = threading.Event(), []
 
-    def hold(texts, instruction):  # the first batch keeps the worker busy until released
-        held.append(texts)
+    def hold(tokens):  # the first batch keeps the worker busy until released
+        held.append(tokens)
         release.wait(120)
-        return type(worker)._encode(worker, texts, instruction)
+        return type(worker)._encode(worker, tokens)
 
     worker._encode = hold
     try:
