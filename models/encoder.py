@@ -729,21 +729,17 @@ class EncoderFromDecoder(nn.Module):
         _texts.warn_about(replace(prompts[0], truncated=truncated), opts.max_length)
         work = [(tokens, idx) for tokens in prompts for idx in _texts.batches(tokens.lengths, opts.batch_size)]
         show = len(work) > 8 if opts.show_progress_bar is None else opts.show_progress_bar
-        pad_id = _texts.pad_id(self.tokenizer)
         results: dict[str, list[Any]] = {name: [None] * len(texts) for name in names}
         token_output = opts.output_value == "token_embeddings"
-        with torch.inference_mode():
-            for tokens, idx in tqdm(work, desc="encode", disable=not show, unit="batch"):
-                ids, attn, text_mask = _texts.pad(tokens, idx, pad_id, opts.padding_side)
-                for name, hidden in self.forward_specs(ids, attn, plans).items():
-                    text_mask = text_mask.to(hidden.device)
-                    if token_output:
-                        rows = [hidden[row][text_mask[row]].float().cpu() for row in range(len(idx))]
-                    else:
-                        rows = list(pool(hidden, text_mask, opts.pooling).float().cpu())
-                    for row, i in enumerate(idx):
-                        # several prompts (MetaEOL): the sum of their vectors, divided below
-                        results[name][i] = rows[row] if results[name][i] is None else results[name][i] + rows[row]
+        for tokens, idx in tqdm(work, desc="encode", disable=not show, unit="batch"):
+            batch = self.encode_tokens(
+                tokens, idx, specs=plans, pooling=opts.pooling, padding_side=opts.padding_side,
+                token_embeddings=token_output,
+            )  # fmt: skip
+            for name, rows in batch.items():
+                for row, i in enumerate(idx):
+                    # several prompts (MetaEOL): the sum of their vectors, divided below
+                    results[name][i] = rows[row] if results[name][i] is None else results[name][i] + rows[row]
         if not token_output:
             for rows in results.values():
                 for i, vector in enumerate(rows):
@@ -755,6 +751,48 @@ class EncoderFromDecoder(nn.Module):
             name: opts.convert(rows, single, token_output, self.parts.config.hidden_size)
             for name, rows in results.items()
         }
+
+    def encode_tokens(
+        self,
+        tokens: _texts.Tokenized,
+        rows: Sequence[int] | None = None,
+        *,
+        specs: Sequence[str | Spec | Plan] | None = None,
+        pooling: Pooling = "mean",
+        padding_side: Literal["right", "left"] = "right",
+        token_embeddings: bool = False,
+    ) -> dict[str, Any]:
+        """One batch of already tokenized inputs, run under each spec and pooled over their text tokens.
+
+        The step of :meth:`encode_specs` after tokenizing: ``rows`` of ``tokens`` (from
+        :func:`nosink.models.texts.tokenize`; all of them by default) are padded into one batch, run
+        (the specs sharing their lower layers) and pooled, never over the sink token or the prompt.
+        A caller that tokenizes on its own (a server checking request sizes, say) runs its batches here
+        and gets what :meth:`encode` would, before normalisation.
+
+        Args:
+            tokens: the tokenized inputs.
+            rows: which of them form the batch, in the order of the result's rows.
+            specs: the specs or compiled plans (:meth:`plan_for`); this encoder's own by default.
+            pooling: as for :meth:`encode`.
+            padding_side: ``right`` or ``left``; the result is the same.
+            token_embeddings: per row, the ``(n_text_tokens, D)`` states of its text tokens instead of a vector.
+
+        Returns:
+            ``{plan name: (B, D) float32 tensor on the CPU}``, or per plan a list of ``B`` token-state tensors.
+        """
+        rows = range(len(tokens)) if rows is None else rows
+        plans = [self.plan] if specs is None else [self.plan_for(spec) for spec in specs]
+        ids, attn, text_mask = _texts.pad(tokens, rows, _texts.pad_id(self.tokenizer), padding_side)
+        out: dict[str, Any] = {}
+        with torch.inference_mode():
+            for name, hidden in self.forward_specs(ids, attn, plans).items():
+                text_mask = text_mask.to(hidden.device)
+                if token_embeddings:
+                    out[name] = [hidden[row][text_mask[row]].float().cpu() for row in range(len(rows))]
+                else:
+                    out[name] = pool(hidden, text_mask, pooling).float().cpu()  # (B, D)
+        return out
 
     def sink_ids(self) -> list[int]:
         """The token ids put before every instruction and text (see ``sink_token``).

@@ -57,7 +57,7 @@ import torch
 
 from nosink.layerspec import Spec
 from nosink.layerspec.checks import positive_int, printable
-from nosink.models import EncoderFromDecoder, pool
+from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
 __all__ = ["ApiError", "Limits", "ServerThread", "bind", "create_app", "load_model", "run"]
@@ -221,7 +221,6 @@ class _Worker:
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
-        self.pad_id = _texts.pad_id(tokenizer)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from the event loop
@@ -369,17 +368,13 @@ class _Worker:
     def _encode(self, tokens: _texts.Tokenized) -> np.ndarray:
         """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them.
 
-        The steps of ``encode()`` on tokens that the request handler has already made (and checked):
-        pad (right), run the encoder, mean-pool the text tokens (never the sink token or the prompt),
-        normalise. No text is tokenized twice.
+        ``encode()``'s own batch step (:meth:`EncoderFromDecoder.encode_tokens`) on tokens that the request
+        handler has already made (and checked), then normalised: no text is tokenized twice.
         """
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(tokens)
-        ids, attention, text = _texts.pad(tokens, range(len(tokens)), self.pad_id)  # (B, T) each
-        with torch.inference_mode():
-            hidden = self.encoder(ids, attention).last_hidden_state  # (B, T, D)
-            vectors = pool(hidden, text.to(hidden.device), "mean").float()  # (B, D)
-            return torch.nn.functional.normalize(vectors, dim=-1).cpu().numpy()  # a zero vector stays zero
+        vectors = self.encoder.encode_tokens(tokens)[self.encoder.plan.name]  # (B, D), mean over text tokens
+        return torch.nn.functional.normalize(vectors, dim=-1).numpy()  # a zero vector stays zero
 
     def _emit(self, chat: _ChatJob, event: tuple) -> None:
         try:

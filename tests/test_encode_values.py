@@ -137,3 +137,22 @@ def test_hidden_states_after_a_merge_are_the_summed_stream(family, spec):
             before, after = out.hidden_states[i - 1][real], out.hidden_states[i][real]
             assert after.abs().max() > 1e-3
             assert (after - before).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_encode_tokens_pools_each_row_like_forward_on_its_own(family, side):
+    # The batch step that encode() and the server share: each row's vector is the mean of forward()'s
+    # states over its text tokens, computed on that row alone; token states are those rows.
+    from nosink.models.texts import tokenize
+
+    encoder = make(family)
+    tokens = tokenize(encoder.tokenizer, TEXTS, INSTRUCTION, sink=encoder.sink_ids())
+    order = [2, 0, 3, 1]
+    vectors = encoder.encode_tokens(tokens, order, padding_side=side)[str(parse_spec(SPEC))]
+    token_states = encoder.encode_tokens(tokens, order, padding_side=side, token_embeddings=True)
+    for row, i in enumerate(order):
+        prefix, text = row_ids(encoder, TEXTS[i], INSTRUCTION)
+        want = states(encoder, prefix + text)[len(prefix) :]
+        torch.testing.assert_close(vectors[row], want.mean(0), atol=1e-5, rtol=0)
+        torch.testing.assert_close(token_states[str(parse_spec(SPEC))][row], want, atol=1e-5, rtol=0)
