@@ -671,6 +671,8 @@ def encode_corpus(
     source_path = Path(os.path.expanduser(os.fspath(input_path)))
     out = Path(os.path.expanduser(os.fspath(out_dir)))
     fmt = _input_format(source_path)
+    if fmt == "txt" and id_field is not None:
+        raise ValueError("id_field needs a .jsonl or .parquet input: a .txt file has no fields (rows are numbered)")
     if not source_path.is_file():
         raise FileNotFoundError(f"no input file at {printable(str(source_path))}")
     if pooling not in POOLINGS:
@@ -837,12 +839,12 @@ class ShardedMatrix:
     has no bfloat16); float16 and float32 as stored.
     """
 
-    def __init__(self, parts: list[np.ndarray], dimension: int, bfloat16: bool) -> None:
+    def __init__(self, parts: list[np.ndarray], dimension: int, dtype: str) -> None:
         self.parts = parts
-        self.bfloat16 = bfloat16
+        self.bfloat16 = dtype == "bfloat16"
         self.offsets = np.cumsum([0, *(len(p) for p in parts)])
         self.shape = (int(self.offsets[-1]), dimension)
-        self.dtype = np.dtype(np.float32) if bfloat16 else (parts[0].dtype if parts else np.dtype(np.float32))
+        self.dtype = np.dtype(np.float16 if dtype == "float16" else np.float32)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -967,6 +969,9 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
         kinds.add(kind)
     if expected_start != manifest["rows"]:
         raise OSError(f"the manifest's shards cover {expected_start} of {manifest['rows']} input rows")
-    vectors = ShardedMatrix(parts, dimension, bfloat16=kinds == {"BF16"})
+    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(manifest.get("dtype"))
+    if kinds - {stored}:
+        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest.get('dtype')}")
+    vectors = ShardedMatrix(parts, dimension, manifest["dtype"])
     all_rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
     return CorpusEmbeddings(vectors, all_rows.astype(np.int64), ids, manifest)

@@ -36,7 +36,7 @@ def main() -> None:
     job = json.loads(sys.argv[1])
     _inject_kill()
     encoder = EncoderFromDecoder.from_pretrained(job["model"])
-    summary = corpus.encode_corpus(encoder, job["input"], job["out"], show_progress=False, **job.get("kwargs", {}))
+    summary = corpus.encode_corpus(encoder, job["input"], job["out"], **{"show_progress": False, **job["kwargs"]})
     if int(os.environ.get("RANK", "0")) == 0:
         Path(job["out"] + ".summary.json").write_text(json.dumps(summary.as_dict()))
 

@@ -69,8 +69,9 @@ def _check_complete(out, reference, n):
 
 
 def test_two_ranks_give_the_vectors_of_one_encode_call_in_input_order(model, jsonl, reference, tmp_path):
-    done = _torchrun(model, jsonl[0], tmp_path / "out", batch_size=8)
+    done = _torchrun(model, jsonl[0], tmp_path / "out", batch_size=8, show_progress=True, progress_interval=0.05)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count("encode-corpus:") >= 2 and "300/300" in done.stderr  # one bar (rank 0), all rows
     result = _check_complete(tmp_path / "out", reference, 300)
     manifest = result.manifest
     assert manifest["spec"] == SPEC and manifest["pooling"] == "mean" and manifest["normalize"] is True
@@ -139,6 +140,15 @@ def test_a_changed_input_is_refused(encoder, tmp_path):
     source.write_text("the cat\nthe dog\nsat\n")
     with pytest.raises(ValueError, match="input"):
         encode_corpus(encoder, source, tmp_path / "out", show_progress=False)
+
+
+def test_an_empty_input_gives_an_empty_folder_that_reads_back(encoder, tmp_path):
+    (tmp_path / "c.txt").write_text("")
+    encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", dtype="float16", show_progress=False)
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.vectors.shape == (0, 32) and got.vectors.dtype == np.float16 and got.rows.tolist() == []
+    with pytest.raises(ValueError, match=r"id_field needs a \.jsonl or \.parquet input"):
+        encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "other", id_field="id")
 
 
 def test_text_lines_split_on_newline_only_without_bom_or_carriage_return(encoder, tmp_path):
