@@ -10,7 +10,7 @@
 The model is Llama-3-8B's shape cut to 4 layers (hidden 4096, 32 heads, 8 KV heads, MLP 14,336, vocabulary
 128,256) with seeded random weights, converted with ``F* | M0B*2``; ``--tiny`` makes a toy for a CPU check. The
 tokenizer is word-level (one token per word, built in code, so nothing is downloaded), and text lengths
-follow a log-normal law with a median of 55 words (about a MS MARCO passage), cut to 4..400 words.
+follow a log-normal law with a median of 80 words (a retrieval passage; mean about 96), cut to 4..400 words.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def prepare(folder: Path, rows: int, tiny: bool, seed: int = 0) -> None:
     rng = random.Random(seed)
     with (folder / "corpus.jsonl").open("w") as fh:
         for i in range(rows):
-            n = min(400, max(4, round(rng.lognormvariate(np.log(55), 0.6))))
+            n = min(400, max(4, round(rng.lognormvariate(np.log(80), 0.6))))
             text = " ".join(f"w{rng.randrange(VOCAB)}" for _ in range(n))
             fh.write(json.dumps({"id": f"p{i}", "text": text}) + "\n")
 
