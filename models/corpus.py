@@ -74,6 +74,7 @@ MANIFEST = "manifest.json"
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BOM = b"\xef\xbb\xbf"
+PARQUET_BATCH = 8192  # rows per record batch read from a parquet file
 SHARD_KEYS = ("file", "first_row", "end_row", "rows", "sha256", "tokens")  # what the manifest lists per shard
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}  # bfloat16 is read as its bits
 
@@ -273,8 +274,10 @@ def _shards_of(
         file = _parquet().ParquetFile(path)
         columns = [text_field] + ([id_field] if id_field else [])
         start = 0
-        for batch in file.iter_batches(batch_size=min(shard_rows, 65536), columns=columns):
+        for batch in file.iter_batches(batch_size=PARQUET_BATCH, columns=columns):
             n = batch.num_rows
+            if n == 0:
+                continue
             for k in range(start // shard_rows, (start + n - 1) // shard_rows + 1):
                 if k not in want:
                     continue

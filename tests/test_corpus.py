@@ -12,6 +12,7 @@ import pytest
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, load_corpus_embeddings
+from nosink.models import corpus
 from nosink.models.corpus import BadRowError, encode_corpus
 
 WORKER = Path(__file__).with_name("corpus_worker.py")
@@ -199,9 +200,10 @@ def test_bad_rows_can_be_skipped_and_are_counted(encoder, tmp_path):
     np.testing.assert_allclose(got.vectors[:], encoder.encode(["the cat", "a dog", "i like food"]), atol=1e-5)
 
 
-def test_parquet_input_and_half_precision_shards(encoder, tmp_path):
+def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(corpus, "PARQUET_BATCH", 7)  # record batches that straddle shards of 16 rows
     texts = _texts(50, seed=1)
     pq.write_table(pa.table({"passage": texts, "pid": list(range(100, 150))}), tmp_path / "c.parquet")
     expected = encoder.encode(texts)
