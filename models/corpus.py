@@ -691,94 +691,41 @@ def encode_corpus(
     device = next(encoder.parameters()).device
     world = _join(device, timeout)
     try:
-        # Rank 0 reads the input once (rows, sha256), checks the folder and tells everyone, so all ranks
-        # fail with the same message or none does.
-        verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
-        failure: BaseException | None = None
-        if world.rank == 0:
-            try:
-                source = _fingerprint(source_path, fmt, text_field, id_field)
-                config = _config(
-                    encoder, text_field=text_field, id_field=id_field, instruction=instruction, pooling=pooling,
-                    normalize=normalize, dtype=dtype, max_length=max_length, shard_rows=shard_rows, source=source,
-                )  # fmt: skip
-                _prepare_folder(out, config)
-                verdict = (config, None)
-            except (ValueError, OSError, ImportError) as err:
-                failure, verdict = err, (None, str(err))
-        config, problem = world.broadcast(verdict)
-        if failure is not None:
-            raise failure
-        if problem is not None or config is None:
-            raise ValueError(f"rank 0 stopped the run: {problem}")
+        job = _Job(
+            encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
+            batch_size, max_length, shard_rows, on_bad_row,
+        )  # fmt: skip
+        config = _agree(world, job, dtype)
         out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
-        config_sha = _config_sha(config)
-        n_rows = config["input"]["rows"]
-        n_shards = (n_rows + shard_rows - 1) // shard_rows
-        mine = list(range(world.rank, n_shards, world.size))
+        config_sha, n_rows = _config_sha(config), config["input"]["rows"]
+        mine = range(world.rank, (n_rows + shard_rows - 1) // shard_rows, world.size)  # shard k on rank k % size
         progress = _Progress(world, n_rows, show_progress, progress_interval)
-        stats = {"texts": 0, "tokens": 0, "skipped": 0, "reused": 0, "shards_written": 0, "shards_reused": 0}
-        records: list[dict[str, Any]] = []
-        truncated = 0
-        todo = []
+        reused, todo = [], []
         for k in mine:
             record = _done_shard(out, k, config_sha)
             if record is None:
                 todo.append(k)
-                continue
-            records.append(record)
-            stats["reused"] += record["rows"]
-            stats["shards_reused"] += 1
-            progress.add(record["end_row"] - record["first_row"])
+            else:
+                reused.append(record)
+                progress.add(record["end_row"] - record["first_row"])
         loop_start = time.perf_counter()
-        try:
-            for k, rows in _shards_of(source_path, fmt, shard_rows, todo, text_field, id_field):
-                _clean_tmp(out, k)
-                bad = [r for r in rows if r.problem is not None]
-                good = [r for r in rows if r.problem is None]
-                if bad and on_bad_row == "error":
-                    raise BadRowError(str(source_path), bad[0].row, bad[0].line, bad[0].problem or "")
-                progress.add(len(bad))
-                vectors, no_tokens, n_tokens, cut = _encode_rows(
-                    encoder, good, instruction=instruction, pooling=pooling, normalize=normalize,
-                    dtype=DTYPES[dtype], batch_size=batch_size, max_length=max_length, progress=progress,
-                )  # fmt: skip
-                if no_tokens and on_bad_row == "error":
-                    r = no_tokens[0]
-                    raise BadRowError(str(source_path), r.row, r.line, r.problem or "")
-                progress.add(len(no_tokens))
-                bad = sorted(bad + no_tokens, key=lambda r: r.row)
-                good = [r for r in good if r.problem is None]
-                ids = [r.id or "" for r in good] if id_field is not None else None
-                sha = _write_shard(out, k, vectors, [r.row for r in good], ids)
-                record = {
-                    "shard": k,
-                    "file": _shard_name(k),
-                    "first_row": k * shard_rows,
-                    "end_row": min((k + 1) * shard_rows, n_rows),
-                    "rows": len(good),
-                    "sha256": sha,
-                    "tokens": n_tokens,
-                    "truncated": cut,
-                    "skipped": [{"row": r.row, "line": r.line, "reason": r.problem} for r in bad],
-                    "config_sha256": config_sha,
-                }
-                _write_json(out / f"shard-{k:05d}.json", record)
-                if bad:
-                    lines = ", ".join(str(r.line if r.line is not None else r.row) for r in bad[:5])
-                    more = ", ..." if len(bad) > 5 else ""
-                    logger.warning("shard %d: skipped %d bad rows (%s%s)", k, len(bad), lines, more)
-                records.append(record)
-                stats["texts"] += len(good)
-                stats["tokens"] += n_tokens
-                stats["skipped"] += len(bad)
-                stats["shards_written"] += 1
-                truncated += cut
-        finally:
-            seconds = time.perf_counter() - loop_start
+        written = [
+            _encode_shard(job, k, rows, n_rows, config_sha, progress)
+            for k, rows in _shards_of(source_path, fmt, shard_rows, todo, text_field, id_field)
+        ]
+        seconds = time.perf_counter() - loop_start
         progress.finish()
-        mine_summary = RankSummary(rank=world.rank, seconds=seconds, **stats)
-        gathered = world.gather((mine_summary, records, truncated))
+        mine_summary = RankSummary(
+            rank=world.rank,
+            texts=sum(r["rows"] for r in written),
+            tokens=sum(r["tokens"] for r in written),
+            skipped=sum(len(r["skipped"]) for r in written),
+            reused=sum(r["rows"] for r in reused),
+            shards_written=len(written),
+            shards_reused=len(reused),
+            seconds=seconds,
+        )
+        gathered = world.gather((mine_summary, written + reused, sum(r["truncated"] for r in written)))
         summary = _finish(out, config, gathered, world, started)
         world.close()
         return summary
@@ -786,6 +733,98 @@ def encode_corpus(
         if world.owned and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         raise
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The fixed arguments of one run, as every shard needs them."""
+
+    encoder: Any
+    source: Path
+    fmt: str
+    out: Path
+    text_field: str
+    id_field: str | None
+    instruction: str | None
+    pooling: str
+    normalize: bool
+    dtype: torch.dtype
+    batch_size: int
+    max_length: int
+    shard_rows: int
+    on_bad_row: str
+
+
+def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
+    """The run's config: rank 0 reads the input once (rows, sha256), checks the folder and tells every rank.
+
+    All ranks fail with rank 0's message, or none does.
+    """
+    verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
+    failure: BaseException | None = None
+    if world.rank == 0:
+        try:
+            source = _fingerprint(job.source, job.fmt, job.text_field, job.id_field)
+            config = _config(
+                job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
+                pooling=job.pooling, normalize=job.normalize, dtype=dtype, max_length=job.max_length,
+                shard_rows=job.shard_rows, source=source,
+            )  # fmt: skip
+            _prepare_folder(job.out, config)
+            verdict = (config, None)
+        except (ValueError, OSError, ImportError) as err:
+            failure, verdict = err, (None, str(err))
+    config, problem = world.broadcast(verdict)
+    if failure is not None:
+        raise failure
+    if problem is not None or config is None:
+        raise ValueError(f"rank 0 stopped the run: {problem}")
+    return config
+
+
+def _encode_shard(
+    job: _Job, k: int, rows: list[_Row], n_rows: int, config_sha: str, progress: _Progress
+) -> dict[str, Any]:
+    """Encode and write shard ``k`` (rows read from the input), then its record; the record.
+
+    Raises:
+        BadRowError: for the first bad row, unless bad rows are skipped.
+    """
+    _clean_tmp(job.out, k)
+    bad = [r for r in rows if r.problem is not None]
+    if bad and job.on_bad_row == "error":
+        raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
+    progress.add(len(bad))
+    good = [r for r in rows if r.problem is None]
+    vectors, no_tokens, n_tokens, cut = _encode_rows(
+        job.encoder, good, instruction=job.instruction, pooling=job.pooling, normalize=job.normalize,
+        dtype=job.dtype, batch_size=job.batch_size, max_length=job.max_length, progress=progress,
+    )  # fmt: skip
+    if no_tokens and job.on_bad_row == "error":
+        raise BadRowError(str(job.source), no_tokens[0].row, no_tokens[0].line, no_tokens[0].problem or "")
+    progress.add(len(no_tokens))
+    bad = sorted(bad + no_tokens, key=lambda r: r.row)
+    good = [r for r in good if r.problem is None]
+    ids = [r.id or "" for r in good] if job.id_field is not None else None
+    sha = _write_shard(job.out, k, vectors, [r.row for r in good], ids)
+    record = {
+        "shard": k,
+        "file": _shard_name(k),
+        "first_row": k * job.shard_rows,
+        "end_row": min((k + 1) * job.shard_rows, n_rows),
+        "rows": len(good),
+        "sha256": sha,
+        "tokens": n_tokens,
+        "truncated": cut,
+        "skipped": [{"row": r.row, "line": r.line, "reason": r.problem} for r in bad],
+        "config_sha256": config_sha,
+    }
+    _write_json(job.out / f"shard-{k:05d}.json", record)
+    if bad:
+        lines = ", ".join(str(r.line if r.line is not None else r.row) for r in bad[:5])
+        more = ", ..." if len(bad) > 5 else ""
+        logger.warning("shard %d: skipped %d bad rows (%s%s)", k, len(bad), lines, more)
+    return record
 
 
 def _finish(out: Path, config: dict[str, Any], gathered: list[Any], world: _World, started: float) -> CorpusSummary:
