@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -56,12 +55,13 @@ def prepare(folder: Path, rows: int, tiny: bool, seed: int = 0) -> None:
     decoder = tf.AutoModel.from_config(config, dtype=torch.bfloat16)
     spec = SPEC
     EncoderFromDecoder(decoder, spec, _tokenizer()).save_pretrained(folder / "model")
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(np.rint(rng.lognormal(np.log(80), 0.6, size=rows)), 4, 400).astype(int)
+    words = np.char.add("w", rng.integers(0, VOCAB, size=int(lengths.sum())).astype(str))
+    ends = np.cumsum(lengths)
     with (folder / "corpus.jsonl").open("w") as fh:
-        for i in range(rows):
-            n = min(400, max(4, round(rng.lognormvariate(np.log(80), 0.6))))
-            text = " ".join(f"w{rng.randrange(VOCAB)}" for _ in range(n))
-            fh.write(json.dumps({"id": f"p{i}", "text": text}) + "\n")
+        for i, (start, end) in enumerate(zip(ends - lengths, ends, strict=True)):
+            fh.write(json.dumps({"id": f"p{i}", "text": " ".join(words[start:end])}) + "\n")
 
 
 def compare(folders: list[Path]) -> dict:
