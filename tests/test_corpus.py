@@ -258,4 +258,4 @@ def test_command_line(model, tmp_path, capsys):
     assert "dtype 'float16' there, 'float32' now" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*args, "--batch-size", "0"])
-    assert "batch_size must be a positive integer" in capsys.readouterr().err
+    assert "must be a positive integer" in capsys.readouterr().err
