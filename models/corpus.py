@@ -686,6 +686,12 @@ def encode_corpus(
         raise ValueError(f"on_bad_row must be 'error' or 'skip', got {printable(repr(on_bad_row))}")
     for value, name in ((batch_size, "batch_size"), (max_length, "max_length"), (shard_rows, "shard_rows")):
         positive_int(value, name)
+    if (
+        isinstance(progress_interval, bool)
+        or not isinstance(progress_interval, (int, float))
+        or not (0 < progress_interval < float("inf"))
+    ):
+        raise ValueError(f"progress_interval must be a positive number of seconds, got {progress_interval!r}")
     if encoder.tokenizer is None:
         raise ValueError("encode_corpus() needs an encoder with a tokenizer")
     device = next(encoder.parameters()).device

@@ -242,6 +242,8 @@ def test_unknown_input_suffix_and_bad_arguments_are_refused(encoder, tmp_path):
     (tmp_path / "c.txt").write_text("a\n")
     with pytest.raises(ValueError, match="shard_rows must be a positive integer"):
         encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", shard_rows=0)
+    with pytest.raises(ValueError, match="progress_interval must be a positive number"):
+        encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", progress_interval=0)
     with pytest.raises(FileNotFoundError, match="no input file"):
         encode_corpus(encoder, tmp_path / "none.txt", tmp_path / "out")
 
