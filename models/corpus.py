@@ -136,7 +136,7 @@ class CorpusSummary:
         skipped: bad rows skipped, in all runs.
         texts: rows encoded in this run.
         tokens: tokens run through the model in this run.
-        seconds: wall time of the run on rank 0, from start to manifest.
+        seconds: wall time on rank 0 from the moment all processes have joined (models loaded) to the manifest.
         ranks: what each process did.
     """
 
@@ -670,7 +670,6 @@ def encode_corpus(
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
     """
-    started = time.perf_counter()
     source_path = Path(os.path.expanduser(os.fspath(input_path)))
     out = Path(os.path.expanduser(os.fspath(out_dir)))
     fmt = _input_format(source_path)
@@ -696,6 +695,7 @@ def encode_corpus(
         raise ValueError("encode_corpus() needs an encoder with a tokenizer")
     device = next(encoder.parameters()).device
     world = _join(device, timeout)
+    started = time.perf_counter()  # every process has joined (each loaded its model before)
     try:
         job = _Job(
             encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
