@@ -9,12 +9,15 @@ The layer-spec language lives in :mod:`nosink.layerspec`, the encoder module in
 
 from nosink.layerspec import Spec, SpecError, parse_spec, presets
 from nosink.models import EncoderFromDecoder, UnsupportedModelError
+from nosink.models.corpus import encode_corpus, load_corpus_embeddings
 
 __all__ = [
     "EncoderFromDecoder",
     "Spec",
     "SpecError",
     "UnsupportedModelError",
+    "encode_corpus",
+    "load_corpus_embeddings",
     "parse_spec",
     "presets",
 ]

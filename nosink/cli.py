@@ -127,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--batch-size", type=_count(), default=32)
     enc.add_argument("--max-length", type=_count(), default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    _add_encode_corpus(sub)
 
     ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep, mteb, classify (see 'nosink eval -h')")
     evsub = ev.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
@@ -326,6 +327,62 @@ def _encode(args: argparse.Namespace) -> int:
 
         save_file({"embeddings": vectors}, str(output), metadata={"spec": str(encoder.spec)})
     print(f"wrote {vectors.shape[0]} vectors of size {vectors.shape[1]} to {printable(str(output))}")
+    return 0
+
+
+# --------------------------------------------------------------------------- encode-corpus (issue 15)
+
+
+def _add_encode_corpus(sub: Any) -> None:
+    c = sub.add_parser(
+        "encode-corpus",
+        help="encode a corpus file into a folder of safetensors shards (resumable; under torchrun, on many GPUs)",
+        description="Encode every row of a .txt (one text a line), .jsonl or .parquet file into OUT: safetensors "
+        "shards and a manifest.json. Run it alone, or under 'torchrun --nproc-per-node N' (and --nnodes ...) to "
+        "share the rows among processes. Running the same command again resumes; other arguments are refused.",
+    )
+    c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    c.add_argument("--spec", help="layer spec; optional for a saved encoder")
+    c.add_argument("--input", type=Path, required=True, help="the corpus: .txt, .jsonl/.ndjson or .parquet")
+    c.add_argument("--out", type=Path, required=True, help="output folder (new, empty, or an earlier run's)")
+    c.add_argument("--text-field", default="text", help="the text's field or column (jsonl, parquet)")
+    c.add_argument("--id-field", help="a field or column of ids to keep with the vectors")
+    c.add_argument("--instruction", help="prompt put before every text (not pooled)")
+    c.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
+    c.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    c.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="stored vectors")
+    c.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], help="weights (default: checkpoint's)")
+    c.add_argument("--batch-size", type=_count(), default=32, help="texts per forward pass")
+    c.add_argument("--max-length", type=_count(), default=512, help="tokens per input (longer are cut)")
+    c.add_argument("--shard-rows", type=_count(), default=10_000, help="input rows per shard")
+    c.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (listed in the manifest), not stop")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _encode_corpus(args: argparse.Namespace) -> int:
+    import os
+
+    from nosink import EncoderFromDecoder
+    from nosink.models.corpus import encode_corpus, local_device
+
+    device = local_device()
+    encoder = EncoderFromDecoder.from_pretrained(
+        _model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device
+    )
+    summary = encode_corpus(
+        encoder, args.input, args.out, text_field=args.text_field, id_field=args.id_field,
+        instruction=args.instruction, pooling=args.pooling, normalize=args.normalize, dtype=args.dtype,
+        batch_size=args.batch_size, max_length=args.max_length, shard_rows=args.shard_rows,
+        on_bad_row="skip" if args.skip_bad_rows else "error", show_progress=not args.no_progress,
+    )  # fmt: skip
+    if int(os.environ.get("RANK", "0")) == 0:
+        reused = sum(r.reused for r in summary.ranks)
+        print(f"encoded {summary.texts} texts ({summary.tokens} tokens) in {summary.seconds:.1f} s, "
+              f"{summary.texts_per_second:.1f} texts/s, into {summary.folder}: {summary.encoded} of {summary.rows} "
+              f"rows have vectors ({reused} from earlier runs), {summary.skipped} bad rows skipped")  # fmt: skip
+        for r in summary.ranks:
+            print(f"  rank {r.rank}: {r.texts} texts, {r.tokens} tokens, {r.seconds:.1f} s, "
+                  f"{r.shards_written} shards written, {r.shards_reused} reused")  # fmt: skip
     return 0
 
 
@@ -588,7 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.command == "encode" and not args.text and not args.file:
         parser.error("nothing to encode; give --text or --file")
-    commands = {"demo": _demo, "encode": _encode, "plan": _plan, "eval": _eval, "inspect": _inspect, "serve": _serve}
+    commands = {
+        "demo": _demo, "encode": _encode, "encode-corpus": _encode_corpus, "plan": _plan, "eval": _eval,
+        "inspect": _inspect, "serve": _serve,
+    }  # fmt: skip
     try:
         return commands[args.command](args)
     except KeyboardInterrupt:

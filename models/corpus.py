@@ -1,0 +1,1020 @@
+"""Encode a corpus file into a folder of safetensors shards, on one process or many (``torchrun``).
+
+The layout of a corpus folder::
+
+    run.json                  the arguments, written first; a rerun must match it
+    shard-00000.safetensors   vectors (N, D), rows (N,) int64, ids (UTF-8 bytes + offsets) if any
+    shard-00000.json          written after its shard: row range, row count, sha256, skipped rows
+    ...
+    manifest.json             written last, by rank 0: the arguments, every shard, the summary
+
+**Sharding.** Shard ``k`` holds input rows ``[k * shard_rows, (k + 1) * shard_rows)`` (minus skipped bad
+rows), in input order, and is written by rank ``k % world_size``. Shards depend on ``shard_rows`` only, so
+the number of processes does not change the result, and a rerun may use another number of GPUs.
+
+**Order and memory.** Every rank streams the input and keeps the rows of one shard of its own at a time;
+the shard's texts are sorted by length for tight batches (the length sort works within that window of
+``shard_rows`` rows), encoded, put back in input order and written. A rank holds at most one shard of
+vectors (plus the batch on the device), whatever the corpus size.
+
+**Resuming.** A shard is written under a temporary name and renamed, then its ``.json`` is written the same
+way; a shard counts as done only when its ``.json`` exists and the file's sha256 matches it. A rerun
+with the same arguments reuses the shards that are done and (re)writes the rest, so a run killed at
+any point and run again ends with every input row encoded exactly once. A rerun with other arguments
+into the same folder is refused.
+
+**Processes.** Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` in the environment) the default process
+group is created if needed (``cuda:nccl,cpu:gloo`` when the encoder is on a GPU, ``gloo`` otherwise);
+the small control messages (arguments, progress, summaries) travel through separate gloo groups.
+Without ``torchrun`` it is one process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from nosink.layerspec.checks import positive_int, printable
+
+from . import texts as _texts
+from .pooling import POOLINGS
+
+__all__ = [
+    "BadRowError",
+    "CorpusEmbeddings",
+    "CorpusSummary",
+    "RankSummary",
+    "ShardedMatrix",
+    "encode_corpus",
+    "load_corpus_embeddings",
+    "local_device",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # version of the corpus folder layout
+RUN_FILE = "run.json"
+MANIFEST = "manifest.json"
+INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_BOM = b"\xef\xbb\xbf"
+PARQUET_BATCH = 8192  # rows per record batch read from a parquet file
+SHARD_KEYS = ("file", "first_row", "end_row", "rows", "sha256", "tokens")  # what the manifest lists per shard
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}  # bfloat16 is read as its bits
+
+
+class BadRowError(ValueError):
+    """A row of the input that cannot be encoded (empty text, invalid JSON, missing field, ...).
+
+    Attributes:
+        row: the row's 0-based index in the input.
+        line: its 1-based line number (``None`` for parquet).
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, row: int, line: int | None, reason: str) -> None:
+        where = f"line {line}" if line is not None else f"row {row}"
+        super().__init__(
+            f"{printable(path)} {where}: {reason}; fix the row or skip bad rows "
+            "(on_bad_row='skip', --skip-bad-rows), which counts them in the manifest"
+        )
+        self.row, self.line, self.reason = row, line, reason
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """What one process did in one run.
+
+    Attributes:
+        rank: the process's rank.
+        texts: rows it encoded in this run.
+        tokens: tokens it ran through the model (sink token and instruction included).
+        skipped: bad rows it skipped in this run.
+        reused: rows of shards it found complete and verified (not encoded again).
+        shards_written: shards it wrote.
+        shards_reused: shards it found complete and verified.
+        seconds: its time from reading the input to its last shard.
+    """
+
+    rank: int
+    texts: int = 0
+    tokens: int = 0
+    skipped: int = 0
+    reused: int = 0
+    shards_written: int = 0
+    shards_reused: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CorpusSummary:
+    """The outcome of :func:`encode_corpus`, the same on every rank.
+
+    Attributes:
+        folder: the corpus folder.
+        rows: rows in the input.
+        encoded: rows with a vector in the folder (this run's and reused ones).
+        skipped: bad rows skipped, in all runs.
+        texts: rows encoded in this run.
+        tokens: tokens run through the model in this run.
+        seconds: wall time on rank 0 from the moment all processes have joined (models loaded) to the manifest.
+        ranks: what each process did.
+    """
+
+    folder: Path
+    rows: int
+    encoded: int
+    skipped: int
+    texts: int
+    tokens: int
+    seconds: float
+    ranks: list[RankSummary] = field(default_factory=list)
+
+    @property
+    def texts_per_second(self) -> float:
+        """Rows encoded in this run per second of wall time."""
+        return self.texts / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (as stored in the manifest)."""
+        out = asdict(self)
+        out["folder"] = str(self.folder)
+        out["texts_per_second"] = round(self.texts_per_second, 2)
+        out["seconds"] = round(self.seconds, 3)
+        for r in out["ranks"]:
+            r["seconds"] = round(r["seconds"], 3)
+        return out
+
+
+# --------------------------------------------------------------------------- reading the input
+
+
+@dataclass
+class _Row:
+    row: int  # 0-based index in the input
+    line: int | None  # 1-based line number (text formats)
+    text: str | None = None
+    id: str | None = None
+    problem: str | None = None
+
+
+def _input_format(path: Path) -> str:
+    fmt = INPUT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(
+            f"cannot read {printable(str(path))}: the input must end in {', '.join(INPUT_FORMATS)} "
+            "(one text a line, JSON lines, or parquet)"
+        )
+    return fmt
+
+
+def _parquet() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise ImportError('reading .parquet needs pyarrow: pip install "nosink[parquet]"') from err
+    return pq
+
+
+def _fingerprint(path: Path, fmt: str, text_field: str, id_field: str | None) -> dict[str, Any]:
+    """The input's row count and sha256 (one streaming pass), and a check that parquet has the columns."""
+    digest, newlines, size, last = hashlib.sha256(), 0, 0, b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            newlines += chunk.count(b"\n")
+            size += len(chunk)
+            last = chunk[-1:]
+    if fmt == "parquet":
+        file = _parquet().ParquetFile(path)
+        names = file.schema_arrow.names
+        for name in (text_field, id_field):
+            if name is not None and name not in names:
+                raise ValueError(f"{printable(str(path))} has no column {name!r}; its columns: {', '.join(names)}")
+        rows = file.metadata.num_rows
+    else:
+        rows = newlines + (1 if size and last != b"\n" else 0)
+    return {"format": fmt, "rows": rows, "sha256": digest.hexdigest()}
+
+
+def _parse_line(raw: bytes, row: int, fmt: str, text_field: str, id_field: str | None) -> _Row:
+    out = _Row(row, row + 1)
+    raw = raw[:-1] if raw.endswith(b"\n") else raw
+    raw = raw[:-1] if raw.endswith(b"\r") else raw
+    if row == 0 and raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        out.problem = f"not valid UTF-8 (byte {err.start})"
+        return out
+    if fmt == "txt":
+        out.text, out.problem = line, None if line else "empty line"
+        return out
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        out.problem = f"invalid JSON ({err.msg} at column {err.colno})" if line.strip() else "empty line"
+        return out
+    if not isinstance(record, dict):
+        out.problem = f"not a JSON object (a {type(record).__name__})"
+        return out
+    return _check_fields(out, record, text_field, id_field)
+
+
+def _check_fields(out: _Row, record: dict[str, Any], text_field: str, id_field: str | None) -> _Row:
+    text = record.get(text_field)
+    if text is None:
+        out.problem = f"no {text_field!r} field" if text_field not in record else f"{text_field!r} is null"
+    elif not isinstance(text, str):
+        out.problem = f"{text_field!r} is a {type(text).__name__}, not a string"
+    elif not text:
+        out.problem = "empty text"
+    else:
+        out.text = text
+    if out.problem is None and id_field is not None:
+        value = record.get(id_field)
+        if value is None:
+            out.problem = f"no {id_field!r} field" if id_field not in record else f"{id_field!r} is null"
+        elif isinstance(value, bool) or not isinstance(value, (str, int)):
+            out.problem = f"{id_field!r} is a {type(value).__name__}; ids must be strings or integers"
+        else:
+            out.id = str(value)
+    return out
+
+
+def _shards_of(
+    path: Path, fmt: str, shard_rows: int, wanted: Sequence[int], text_field: str, id_field: str | None
+) -> Iterator[tuple[int, list[_Row]]]:
+    """``(k, rows of shard k)`` for each shard in ``wanted`` (ascending), streaming the input once."""
+    if not wanted:
+        return
+    want, last = set(wanted), max(wanted)
+    current: list[_Row] = []
+    if fmt == "parquet":
+        file = _parquet().ParquetFile(path)
+        columns = [text_field] + ([id_field] if id_field else [])
+        start = 0
+        for batch in file.iter_batches(batch_size=PARQUET_BATCH, columns=columns):
+            n = batch.num_rows
+            if n == 0:
+                continue
+            for k in range(start // shard_rows, (start + n - 1) // shard_rows + 1):
+                if k not in want:
+                    continue
+                lo, hi = max(start, k * shard_rows), min(start + n, (k + 1) * shard_rows)
+                part = batch.slice(lo - start, hi - lo).to_pydict()
+                for j in range(hi - lo):
+                    record = {name: part[name][j] for name in columns}
+                    current.append(_check_fields(_Row(lo + j, None), record, text_field, id_field))
+                if hi == (k + 1) * shard_rows:
+                    yield k, current
+                    current = []
+                    if k == last:
+                        return
+            start += n
+    else:
+        k = 0
+        with path.open("rb") as fh:
+            for row, raw in enumerate(fh):  # binary lines split on b"\n" only
+                k = row // shard_rows
+                if k > last:
+                    return
+                if k in want:
+                    current.append(_parse_line(raw, row, fmt, text_field, id_field))
+                    if len(current) == shard_rows:
+                        yield k, current
+                        current = []
+    if current:  # the last, short shard
+        yield current[0].row // shard_rows, current
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class _World:
+    rank: int = 0
+    size: int = 1
+    control: Any = None  # gloo groups; None for one process
+    progress: Any = None
+    owned: bool = False  # this call created the default process group
+
+    def broadcast(self, value: Any) -> Any:
+        if self.size == 1:
+            return value
+        box = [value]
+        torch.distributed.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        if self.size == 1:
+            return [value]
+        out: list[Any] = [None] * self.size
+        torch.distributed.all_gather_object(out, value, group=self.control)
+        return out
+
+    def close(self) -> None:
+        if self.size > 1:
+            torch.distributed.barrier(group=self.control)
+        if self.owned:
+            torch.distributed.destroy_process_group()
+
+
+def _join(device: torch.device, timeout: timedelta) -> _World:
+    """This process's place: torch.distributed when launched by torchrun (or already set up), else alone."""
+    dist = torch.distributed
+    if not dist.is_available():
+        return _World()
+    owned = False
+    if not dist.is_initialized():
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            return _World()
+        backend = "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timeout)
+        owned = True
+    rank, size = dist.get_rank(), dist.get_world_size()
+    if size == 1:
+        return _World(owned=owned)
+    control = dist.new_group(backend="gloo", timeout=timeout)
+    progress = dist.new_group(backend="gloo", timeout=timeout)
+    return _World(rank, size, control, progress, owned)
+
+
+def local_device() -> torch.device:
+    """The device this process should encode on: ``cuda:LOCAL_RANK`` when CUDA is available, else the CPU.
+
+    ``LOCAL_RANK`` is set by ``torchrun`` (0 when not launched by it).
+    """
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+class _Progress:
+    """Rows done, over every rank; a tqdm bar on rank 0.
+
+    With several ranks a background thread all-reduces the counts over its own gloo group, once per
+    ``interval``, in lockstep on every rank until all ranks are done: the encoding loop never waits
+    for it, and the end of the loop is where ranks wait for each other.
+    """
+
+    def __init__(self, world: _World, total: int, show: bool, interval: float) -> None:
+        self.world, self.interval = world, interval
+        self.done, self.finished = 0, False
+        self.bar = tqdm(total=total, desc="encode-corpus", unit="row", disable=not show or world.rank != 0)
+        self.thread: threading.Thread | None = None
+        if world.size > 1:
+            self.thread = threading.Thread(target=self._loop, name="nosink-corpus-progress", daemon=True)
+            self.thread.start()
+
+    def add(self, n: int) -> None:
+        self.done += n
+        if self.thread is None:
+            self.bar.update(n)
+
+    def finish(self) -> None:
+        self.finished = True
+        if self.thread is not None:
+            self.thread.join()
+        self.bar.close()
+
+    def _loop(self) -> None:
+        while True:
+            finished = self.finished  # read first: once it is set, done is final
+            counts = torch.tensor([self.done, int(finished)], dtype=torch.int64)
+            torch.distributed.all_reduce(counts, group=self.world.progress)
+            self.bar.n = int(counts[0])
+            self.bar.refresh()
+            if int(counts[1]) == self.world.size:
+                return
+            time.sleep(self.interval)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_atomic(target: Path, write: Any) -> None:
+    """``write(tmp_path)``, flushed to disk, then renamed to ``target``: a reader sees all of it or none."""
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        with tmp.open("rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_json(target: Path, value: Any) -> None:
+    _write_atomic(target, lambda tmp: tmp.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8"))
+
+
+def _shard_name(k: int) -> str:
+    return f"shard-{k:05d}.safetensors"
+
+
+def _write_shard(out: Path, k: int, vectors: torch.Tensor, rows: list[int], ids: list[str] | None) -> str:
+    """Write shard ``k`` atomically; its sha256."""
+    from safetensors.torch import save_file
+
+    tensors = {"vectors": vectors.contiguous(), "rows": torch.tensor(rows, dtype=torch.int64)}
+    if ids is not None:
+        encoded = [i.encode("utf-8") for i in ids]
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        tensors["ids_utf8"] = torch.from_numpy(blob.copy())  # (total bytes,) the ids' UTF-8, back to back
+        tensors["ids_offsets"] = torch.tensor(np.cumsum([0, *map(len, encoded)]), dtype=torch.int64)  # (n + 1,)
+    digest: list[str] = []
+
+    def write(tmp: Path) -> None:
+        save_file(tensors, str(tmp), metadata={"nosink_corpus": str(FORMAT), "shard": str(k)})
+        digest.append(_sha256(tmp))
+
+    _write_atomic(out / _shard_name(k), write)
+    return digest[0]
+
+
+def _done_shard(out: Path, k: int, config_sha: str) -> dict[str, Any] | None:
+    """Shard ``k``'s record if the shard is complete and its file matches its sha256; else ``None``."""
+    record_file = out / f"shard-{k:05d}.json"
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("shard") != k or record.get("config_sha256") != config_sha:
+        return None
+    shard = out / _shard_name(k)
+    if not shard.is_file() or _sha256(shard) != record.get("sha256"):
+        logger.warning("shard %d in %s does not match its checksum: encoding it again", k, out)
+        return None
+    return record
+
+
+def _clean_tmp(out: Path, k: int) -> None:
+    for stale in out.glob(f".shard-{k:05d}.*.tmp"):  # left by a run killed mid-write
+        stale.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _config(
+    encoder: Any,
+    *,
+    text_field: str,
+    id_field: str | None,
+    instruction: str | None,
+    pooling: str,
+    normalize: bool,
+    dtype: str,
+    max_length: int,
+    shard_rows: int,
+    source: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything the vectors depend on: a rerun into the same folder must give the same dict."""
+    name = encoder.name_or_path
+    if name and os.path.isdir(os.path.expanduser(name)):
+        name = str(Path(os.path.expanduser(name)).resolve())
+    try:
+        version = metadata.version("nosink")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path
+        version = "unknown"
+    weights = next(encoder.parameters()).dtype
+    return {
+        "format": FORMAT,
+        "model": name,
+        "revision": encoder.revision,
+        "spec": str(encoder.spec),
+        "sink_token": encoder.sink_token,
+        "weights_dtype": str(weights).removeprefix("torch."),
+        "instruction": instruction or "",
+        "pooling": pooling,
+        "normalize": bool(normalize),
+        "dtype": dtype,
+        "dimension": int(encoder.config.hidden_size),
+        "max_length": max_length,
+        "shard_rows": shard_rows,
+        "text_field": text_field,
+        "id_field": id_field,
+        "input": source,
+        "nosink_version": version,
+    }
+
+
+def _config_sha(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    keys = sorted(set(old) | set(new), key=lambda k: list(new).index(k) if k in new else len(new))
+    return [f"{key} {printable(repr(old.get(key)))} there, {printable(repr(new.get(key)))} now" for key in keys
+            if old.get(key) != new.get(key)]  # fmt: skip
+
+
+def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
+    """On rank 0: refuse a folder made with other arguments; else write ``run.json`` (new) or drop the manifest (rerun).
+
+    The manifest exists only while the folder holds a finished run: a rerun removes it first.
+
+    Raises:
+        ValueError: for a folder of another run, or a non-empty folder that is not a corpus folder.
+    """
+    run_file = out / RUN_FILE
+    if run_file.is_file():
+        try:
+            old = json.loads(run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            problem = printable(str(err))
+            raise ValueError(f"{printable(str(run_file))} is unreadable ({problem}); use a new folder") from None
+        diff = _differences(old, config) if isinstance(old, dict) else ["run.json is not a JSON object"]
+        if diff:
+            raise ValueError(
+                f"{printable(str(out))} holds a corpus encoded with other arguments ({'; '.join(diff)}): "
+                "rerun with the same arguments to resume, or choose another output folder"
+            )
+        (out / MANIFEST).unlink(missing_ok=True)
+        return
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(
+            f"{printable(str(out))} exists and is not a corpus folder (no {RUN_FILE}); "
+            "choose a new or empty output folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(run_file, config)
+
+
+def _encode_rows(
+    encoder: Any,
+    rows: list[_Row],
+    *,
+    instruction: str | None,
+    pooling: str,
+    normalize: bool,
+    dtype: torch.dtype,
+    batch_size: int,
+    max_length: int,
+    progress: _Progress,
+) -> tuple[torch.Tensor, list[_Row], int, int]:
+    """Encode good rows (sorted by length within the shard): ``(vectors in row order, bad rows, tokens, truncated)``."""
+    tokens = _texts.tokenize(
+        encoder.tokenizer, [r.text or "" for r in rows], instruction, sink=encoder.sink_ids(), max_length=max_length
+    )
+    empty = set(tokens.empty)
+    for i in sorted(empty):
+        rows[i].problem = "the text has no tokens"
+    keep = [i for i in range(len(rows)) if i not in empty]
+    vectors = torch.empty(len(keep), int(encoder.config.hidden_size), dtype=dtype)  # (n, D) in row order
+    lengths = tokens.lengths
+    for group in _texts.batches([lengths[i] for i in keep], batch_size):
+        idx = [keep[j] for j in group]
+        pooled = encoder.encode_tokens(tokens, idx, pooling=pooling)[encoder.plan.name]  # (B, D) float32, as encode()
+        if normalize:
+            pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        vectors[group] = pooled.to(dtype)
+        progress.add(len(idx))
+    n_tokens = sum(lengths[i] for i in keep)
+    return vectors, [rows[i] for i in sorted(empty)], n_tokens, len(set(tokens.truncated) - empty)
+
+
+def encode_corpus(
+    encoder: Any,
+    input_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    text_field: str = "text",
+    id_field: str | None = None,
+    instruction: str | None = None,
+    pooling: str = "mean",
+    normalize: bool = False,
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32",
+    batch_size: int = 32,
+    max_length: int = 512,
+    shard_rows: int = 10_000,
+    on_bad_row: Literal["error", "skip"] = "error",
+    show_progress: bool = True,
+    progress_interval: float = 1.0,
+    timeout: timedelta = timedelta(hours=12),
+) -> CorpusSummary:
+    """Encode every row of a corpus file into a folder of safetensors shards and a ``manifest.json``.
+
+    Run it once per process: alone, or in every process of a ``torchrun`` launch (each loads its
+    encoder on :func:`local_device`). Every rank writes the shards ``k`` with ``k % world_size == rank``;
+    rank 0 writes the manifest when all are done. Rerunning the same call resumes; see the module docs.
+
+    Input formats, by suffix: ``.txt`` (one text a line; lines are split on ``\\n`` only, a trailing
+    ``\\r`` and a UTF-8 BOM are dropped), ``.jsonl``/``.ndjson`` (one JSON object a line, the text in
+    ``text_field``, an optional id in ``id_field``) and ``.parquet`` (columns ``text_field`` and
+    ``id_field``; needs pyarrow). Row ``i`` is the ``i``-th line or record, counted from 0.
+
+    Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON, a missing or non-string
+    field, an id that is neither a string nor an integer) raise :class:`BadRowError` with their line
+    number, or with ``on_bad_row="skip"`` are left out, logged and listed in the manifest.
+
+    Args:
+        encoder: an :class:`~nosink.EncoderFromDecoder` with a tokenizer, on this process's device.
+        input_path: the corpus file.
+        out_dir: the corpus folder: new, empty, or one this call wrote before with the same arguments.
+        text_field: the text's field or column (jsonl, parquet).
+        id_field: a field or column of row ids to keep beside the vectors (strings or integers).
+        instruction: a prompt put before every text (not pooled), as in ``encode()``.
+        pooling: ``mean``, ``weighted_mean``, ``last`` or ``first``.
+        normalize: L2-normalise the vectors.
+        dtype: the stored vectors' dtype.
+        batch_size: texts per forward pass.
+        max_length: tokens per input, sink token and instruction included; longer texts are cut (logged).
+        shard_rows: input rows per shard (also the window within which texts are sorted by length).
+        on_bad_row: ``"error"`` (default) or ``"skip"``.
+        show_progress: a tqdm bar on rank 0, counting rows of all ranks.
+        progress_interval: seconds between the ranks' progress exchanges.
+        timeout: how long a rank waits for the others in a collective (the start and the end).
+
+    Returns:
+        The run's :class:`CorpusSummary` (also logged, and stored in the manifest).
+
+    Raises:
+        ValueError: for bad arguments, an input of unknown suffix or without the parquet columns, a folder
+            that holds another run (other arguments) or other files; :class:`BadRowError` for a bad row
+            when ``on_bad_row="error"``.
+        FileNotFoundError: if the input does not exist.
+        ImportError: for parquet input without pyarrow.
+    """
+    source_path = Path(os.path.expanduser(os.fspath(input_path)))
+    out = Path(os.path.expanduser(os.fspath(out_dir)))
+    fmt = _input_format(source_path)
+    if fmt == "txt" and id_field is not None:
+        raise ValueError("id_field needs a .jsonl or .parquet input: a .txt file has no fields (rows are numbered)")
+    if not source_path.is_file():
+        raise FileNotFoundError(f"no input file at {printable(str(source_path))}")
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {printable(repr(pooling))}; expected one of {', '.join(POOLINGS)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {printable(repr(dtype))}")
+    if on_bad_row not in ("error", "skip"):
+        raise ValueError(f"on_bad_row must be 'error' or 'skip', got {printable(repr(on_bad_row))}")
+    for value, name in ((batch_size, "batch_size"), (max_length, "max_length"), (shard_rows, "shard_rows")):
+        positive_int(value, name)
+    if (
+        isinstance(progress_interval, bool)
+        or not isinstance(progress_interval, (int, float))
+        or not (0 < progress_interval < float("inf"))
+    ):
+        raise ValueError(f"progress_interval must be a positive number of seconds, got {progress_interval!r}")
+    if encoder.tokenizer is None:
+        raise ValueError("encode_corpus() needs an encoder with a tokenizer")
+    device = next(encoder.parameters()).device
+    world = _join(device, timeout)
+    started = time.perf_counter()  # every process has joined (each loaded its model before)
+    try:
+        job = _Job(
+            encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
+            batch_size, max_length, shard_rows, on_bad_row,
+        )  # fmt: skip
+        config = _agree(world, job, dtype)
+        out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
+        config_sha, n_rows = _config_sha(config), config["input"]["rows"]
+        mine = range(world.rank, (n_rows + shard_rows - 1) // shard_rows, world.size)  # shard k on rank k % size
+        progress = _Progress(world, n_rows, show_progress, progress_interval)
+        reused, todo = [], []
+        for k in mine:
+            record = _done_shard(out, k, config_sha)
+            if record is None:
+                todo.append(k)
+            else:
+                reused.append(record)
+                progress.add(record["end_row"] - record["first_row"])
+        loop_start = time.perf_counter()
+        written = [
+            _encode_shard(job, k, rows, n_rows, config_sha, progress)
+            for k, rows in _shards_of(source_path, fmt, shard_rows, todo, text_field, id_field)
+        ]
+        seconds = time.perf_counter() - loop_start
+        progress.finish()
+        mine_summary = RankSummary(
+            rank=world.rank,
+            texts=sum(r["rows"] for r in written),
+            tokens=sum(r["tokens"] for r in written),
+            skipped=sum(len(r["skipped"]) for r in written),
+            reused=sum(r["rows"] for r in reused),
+            shards_written=len(written),
+            shards_reused=len(reused),
+            seconds=seconds,
+        )
+        gathered = world.gather((mine_summary, written + reused, sum(r["truncated"] for r in written)))
+        summary = _finish(out, config, gathered, world, started)
+        world.close()
+        return summary
+    except BaseException:
+        if world.owned and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        raise
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The fixed arguments of one run, as every shard needs them."""
+
+    encoder: Any
+    source: Path
+    fmt: str
+    out: Path
+    text_field: str
+    id_field: str | None
+    instruction: str | None
+    pooling: str
+    normalize: bool
+    dtype: torch.dtype
+    batch_size: int
+    max_length: int
+    shard_rows: int
+    on_bad_row: str
+
+
+def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
+    """The run's config: rank 0 reads the input once (rows, sha256), checks the folder and tells every rank.
+
+    All ranks fail with rank 0's message, or none does.
+    """
+    verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
+    failure: BaseException | None = None
+    if world.rank == 0:
+        try:
+            source = _fingerprint(job.source, job.fmt, job.text_field, job.id_field)
+            config = _config(
+                job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
+                pooling=job.pooling, normalize=job.normalize, dtype=dtype, max_length=job.max_length,
+                shard_rows=job.shard_rows, source=source,
+            )  # fmt: skip
+            _prepare_folder(job.out, config)
+            verdict = (config, None)
+        except (ValueError, OSError, ImportError) as err:
+            failure, verdict = err, (None, str(err))
+    config, problem = world.broadcast(verdict)
+    if failure is not None:
+        raise failure
+    if problem is not None or config is None:
+        raise ValueError(f"rank 0 stopped the run: {problem}")
+    return config
+
+
+def _encode_shard(
+    job: _Job, k: int, rows: list[_Row], n_rows: int, config_sha: str, progress: _Progress
+) -> dict[str, Any]:
+    """Encode and write shard ``k`` (rows read from the input), then its record; the record.
+
+    Raises:
+        BadRowError: for the first bad row, unless bad rows are skipped.
+    """
+    _clean_tmp(job.out, k)
+    bad = [r for r in rows if r.problem is not None]
+    if bad and job.on_bad_row == "error":
+        raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
+    progress.add(len(bad))
+    good = [r for r in rows if r.problem is None]
+    vectors, no_tokens, n_tokens, cut = _encode_rows(
+        job.encoder, good, instruction=job.instruction, pooling=job.pooling, normalize=job.normalize,
+        dtype=job.dtype, batch_size=job.batch_size, max_length=job.max_length, progress=progress,
+    )  # fmt: skip
+    if no_tokens and job.on_bad_row == "error":
+        raise BadRowError(str(job.source), no_tokens[0].row, no_tokens[0].line, no_tokens[0].problem or "")
+    progress.add(len(no_tokens))
+    bad = sorted(bad + no_tokens, key=lambda r: r.row)
+    good = [r for r in good if r.problem is None]
+    ids = [r.id or "" for r in good] if job.id_field is not None else None
+    sha = _write_shard(job.out, k, vectors, [r.row for r in good], ids)
+    record = {
+        "shard": k,
+        "file": _shard_name(k),
+        "first_row": k * job.shard_rows,
+        "end_row": min((k + 1) * job.shard_rows, n_rows),
+        "rows": len(good),
+        "sha256": sha,
+        "tokens": n_tokens,
+        "truncated": cut,
+        "skipped": [{"row": r.row, "line": r.line, "reason": r.problem} for r in bad],
+        "config_sha256": config_sha,
+    }
+    _write_json(job.out / f"shard-{k:05d}.json", record)
+    if bad:
+        lines = ", ".join(str(r.line if r.line is not None else r.row) for r in bad[:5])
+        more = ", ..." if len(bad) > 5 else ""
+        logger.warning("shard %d: skipped %d bad rows (%s%s)", k, len(bad), lines, more)
+    return record
+
+
+def _finish(out: Path, config: dict[str, Any], gathered: list[Any], world: _World, started: float) -> CorpusSummary:
+    """Put the ranks' reports together; on rank 0 also write the manifest and remove stray temporary files."""
+    ranks = [g[0] for g in gathered]
+    records = sorted((r for g in gathered for r in g[1]), key=lambda r: r["shard"])
+    truncated = sum(g[2] for g in gathered)
+    n_rows = config["input"]["rows"]
+    skipped = [s for r in records for s in r["skipped"]]
+    summary = CorpusSummary(
+        folder=out,
+        rows=n_rows,
+        encoded=sum(r["rows"] for r in records),
+        skipped=len(skipped),
+        texts=sum(r.texts for r in ranks),
+        tokens=sum(r.tokens for r in ranks),
+        seconds=time.perf_counter() - started,
+        ranks=ranks,
+    )
+    if world.rank == 0:
+        for stale in out.glob(".shard-*.tmp"):
+            stale.unlink(missing_ok=True)
+        manifest = {
+            **config,
+            "rows": n_rows,
+            "encoded": summary.encoded,
+            "skipped": summary.skipped,
+            "skipped_rows": skipped,
+            "truncated": sum(r.get("truncated", 0) for r in records),
+            "shards": [{k: r[k] for k in SHARD_KEYS} for r in records],
+            "world_size": world.size,
+            "summary": summary.as_dict(),
+        }
+        _write_json(out / MANIFEST, manifest)
+        per_rank = "; ".join(f"rank {r.rank}: {r.texts} texts, {r.tokens} tokens, {r.seconds:.1f} s" for r in ranks)
+        logger.info(
+            "encoded %d texts (%d tokens) in %.1f s, %.1f texts/s, into %s (%d reused, %d skipped); %s",
+            summary.texts, summary.tokens, summary.seconds, summary.texts_per_second, out,
+            sum(r.reused for r in ranks), summary.skipped, per_rank,
+        )  # fmt: skip
+        if truncated:
+            logger.warning("%d texts were cut to max_length=%d tokens in this run", truncated, config["max_length"])
+    return summary
+
+
+# --------------------------------------------------------------------------- reading the result
+
+
+class ShardedMatrix:
+    """The vectors of a corpus folder as one read-only ``(rows, dimension)`` matrix, memory-mapped per shard.
+
+    Index it like a numpy array (``m[5]``, ``m[10:20]``, ``m[[3, 1]]``, ``m[:, :8]``); only the rows asked
+    for are read. ``np.asarray(m)`` reads everything. bfloat16 vectors come back as float32 (numpy
+    has no bfloat16); float16 and float32 as stored.
+    """
+
+    def __init__(self, parts: list[np.ndarray], dimension: int, dtype: str) -> None:
+        self.parts = parts
+        self.bfloat16 = dtype == "bfloat16"
+        self.offsets = np.cumsum([0, *(len(p) for p in parts)])
+        self.shape = (int(self.offsets[-1]), dimension)
+        self.dtype = np.dtype(np.float16 if dtype == "float16" else np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _convert(self, block: np.ndarray) -> np.ndarray:
+        if self.bfloat16:
+            return (block.astype(np.uint32) << 16).view(np.float32)
+        return np.array(block)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        cols: Any = slice(None)
+        if isinstance(key, tuple):
+            key, cols = key[0], key[1] if len(key) > 1 else slice(None)
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (self.shape[0] if key < 0 else 0)
+            if not 0 <= i < self.shape[0]:
+                raise IndexError(f"row {key} is out of range for {self.shape[0]} rows")
+            s = int(np.searchsorted(self.offsets, i, side="right")) - 1
+            return self._convert(self.parts[s][i - self.offsets[s]])[cols]
+        index = np.arange(self.shape[0])[key]  # slices, lists, arrays and masks, numpy's way
+        out = np.empty((len(index), self.shape[1]), dtype=self.dtype)
+        which = np.searchsorted(self.offsets, index, side="right") - 1
+        for s in np.unique(which):
+            at = which == s
+            out[at] = self._convert(self.parts[s][index[at] - self.offsets[s]])
+        return out[:, cols]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        full = self[:]
+        return full.astype(dtype) if dtype is not None else full
+
+
+@dataclass(frozen=True)
+class CorpusEmbeddings:
+    """A corpus folder read back, in input order.
+
+    Attributes:
+        vectors: ``(n, dimension)`` matrix, memory-mapped (:class:`ShardedMatrix`).
+        rows: ``(n,)`` int64, each vector's row in the input (skipped bad rows are missing).
+        ids: each vector's id (the ``id_field`` values as strings), or ``None`` if no id field was given.
+        manifest: the folder's ``manifest.json``.
+    """
+
+    vectors: ShardedMatrix
+    rows: np.ndarray
+    ids: list[str] | None
+    manifest: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _memmap_vectors(path: Path) -> tuple[np.ndarray, str]:
+    with path.open("rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(n))
+    info = header["vectors"]
+    shape = tuple(info["shape"])
+    start, end = info["data_offsets"]
+    numpy_dtype = _ST_DTYPES[info["dtype"]]
+    if end == start:
+        return np.empty(shape, dtype=numpy_dtype), info["dtype"]
+    return np.memmap(path, dtype=numpy_dtype, mode="r", offset=8 + n + start, shape=shape), info["dtype"]
+
+
+def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = True) -> CorpusEmbeddings:
+    """Read a folder written by :func:`encode_corpus`: ids and vectors in input order, checked.
+
+    Args:
+        folder: the corpus folder.
+        verify: check every shard's sha256 against the manifest (reads each file once).
+
+    Raises:
+        FileNotFoundError: if the folder has no ``manifest.json`` (the run did not finish) or a shard is missing.
+        OSError: if a shard is corrupt (checksum, shape or rows that disagree with the manifest), or the
+            manifest is unreadable or of a newer format.
+    """
+    from safetensors import safe_open
+
+    root = Path(os.path.expanduser(os.fspath(folder)))
+    manifest_file = root / MANIFEST
+    if not manifest_file.is_file():
+        hint = " (the run did not finish: run the same command again)" if (root / RUN_FILE).is_file() else ""
+        raise FileNotFoundError(f"no {MANIFEST} in {printable(str(root))}{hint}")
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+        shards, dimension = manifest["shards"], int(manifest["dimension"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
+    if manifest.get("format") != FORMAT:
+        found = printable(repr(manifest.get("format")))
+        raise OSError(f"{printable(str(manifest_file))} has format {found}; this version of nosink reads {FORMAT}")
+    redo = "; run the same encode-corpus command again to redo it"
+    parts, rows, ids, kinds = [], [], [] if manifest.get("id_field") else None, set()
+    expected_start = 0
+    for entry in shards:
+        path = root / entry["file"]
+        if not path.is_file():
+            raise FileNotFoundError(f"shard {printable(entry['file'])} listed in the manifest is missing{redo}")
+        if entry["first_row"] != expected_start:
+            raise OSError(f"the manifest's shards do not tile the input at row {expected_start}")
+        expected_start = entry["end_row"]
+        if verify and _sha256(path) != entry["sha256"]:
+            raise OSError(f"shard {printable(entry['file'])} is corrupt: its sha256 differs from the manifest{redo}")
+        try:
+            matrix, kind = _memmap_vectors(path)
+            with safe_open(str(path), framework="numpy") as f:
+                shard_rows = f.get_tensor("rows")
+                if ids is not None:
+                    blob, offsets = f.get_tensor("ids_utf8").tobytes(), f.get_tensor("ids_offsets")
+                    ids.extend(blob[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets))
+        except Exception as err:  # safetensors raises its own error types for damaged files
+            raise OSError(f"shard {printable(entry['file'])} is unreadable ({printable(str(err))}){redo}") from None
+        if matrix.shape != (entry["rows"], dimension) or len(shard_rows) != entry["rows"]:
+            shape = (entry["rows"], dimension)
+            raise OSError(f"shard {printable(entry['file'])} holds {matrix.shape} vectors, not {shape}{redo}")
+        if len(shard_rows) and (shard_rows[0] < entry["first_row"] or shard_rows[-1] >= entry["end_row"]
+                                or np.any(np.diff(shard_rows) <= 0)):  # fmt: skip
+            raise OSError(f"shard {printable(entry['file'])} has rows outside its range or out of order{redo}")
+        parts.append(matrix)
+        rows.append(shard_rows)
+        kinds.add(kind)
+    if expected_start != manifest["rows"]:
+        raise OSError(f"the manifest's shards cover {expected_start} of {manifest['rows']} input rows")
+    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(manifest.get("dtype"))
+    if kinds - {stored}:
+        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest.get('dtype')}")
+    vectors = ShardedMatrix(parts, dimension, manifest["dtype"])
+    all_rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    return CorpusEmbeddings(vectors, all_rows.astype(np.int64), ids, manifest)

@@ -1,0 +1,45 @@
+"""One process of a corpus-encoding run, for tests/test_corpus.py (started by torchrun or alone).
+
+    python tests/corpus_worker.py '{"model": ..., "input": ..., "out": ..., "kwargs": {...}}'
+
+``CORPUS_KILL_RANK=r`` and ``CORPUS_KILL_AFTER=k`` make rank r die (``os._exit``, no cleanup) when it
+starts its (k+1)-th shard, leaving a half-written temporary file behind, as a kill mid-write would.
+Rank 0 writes the summary to ``<out>.summary.json``.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from nosink import EncoderFromDecoder
+from nosink.models import corpus
+
+
+def _inject_kill() -> None:
+    rank, after = os.environ.get("CORPUS_KILL_RANK"), os.environ.get("CORPUS_KILL_AFTER")
+    if rank is None or int(os.environ.get("RANK", "0")) != int(rank):
+        return
+    write, done = corpus._write_shard, []
+
+    def dying_write(out, k, *args, **kwargs):
+        if len(done) == int(after):
+            (out / f".{corpus._shard_name(k)}.deadbeef.tmp").write_bytes(b"half a shard")
+            os._exit(9)
+        done.append(k)
+        return write(out, k, *args, **kwargs)
+
+    corpus._write_shard = dying_write
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    _inject_kill()
+    encoder = EncoderFromDecoder.from_pretrained(job["model"])
+    summary = corpus.encode_corpus(encoder, job["input"], job["out"], **{"show_progress": False, **job["kwargs"]})
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(job["out"] + ".summary.json").write_text(json.dumps(summary.as_dict()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""Corpus encoding: torchrun ranks give encode()'s vectors in input order, resume after a kill, refuse mixing."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny import WORDS, tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder, load_corpus_embeddings
+from nosink.models import corpus
+from nosink.models.corpus import BadRowError, encode_corpus
+
+WORKER = Path(__file__).with_name("corpus_worker.py")
+SPEC = "F* | M0B*2"
+INSTRUCTION = "what is "
+
+
+def _texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=rng.choice([1, 2, 3, 5, 8, 13, 21, 34]))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("encoder")
+    EncoderFromDecoder(tiny_decoder("llama"), SPEC, tiny_tokenizer()).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def encoder(model):
+    return EncoderFromDecoder.from_pretrained(model)
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory):
+    """300 rows with string ids, and the vectors a one-process encode() gives them."""
+    texts = _texts(300)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"doc": f"d{i}", "body": t}) + "\n" for i, t in enumerate(texts)))
+    return path, texts
+
+
+@pytest.fixture(scope="module")
+def reference(encoder, jsonl):
+    return encoder.encode(jsonl[1], INSTRUCTION, normalize_embeddings=True, batch_size=16)
+
+
+JOB = {"text_field": "body", "id_field": "doc", "instruction": INSTRUCTION, "normalize": True, "shard_rows": 37}
+
+
+def _torchrun(model, source, out, env=None, nproc=2, **kwargs):
+    job = json.dumps({"model": model, "input": str(source), "out": str(out), "kwargs": {**JOB, **kwargs}})
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([*command, str(WORKER), job], env=environ, capture_output=True, text=True, timeout=600)
+
+
+def _check_complete(out, reference, n):
+    result = load_corpus_embeddings(out)
+    assert result.rows.tolist() == list(range(n))  # every row once, in input order
+    assert result.ids == [f"d{i}" for i in range(n)]
+    np.testing.assert_allclose(np.asarray(result.vectors), reference, atol=1e-5, rtol=0)
+    return result
+
+
+def test_two_ranks_give_the_vectors_of_one_encode_call_in_input_order(model, jsonl, reference, tmp_path):
+    done = _torchrun(model, jsonl[0], tmp_path / "out", batch_size=8, show_progress=True, progress_interval=0.05)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count("encode-corpus:") >= 2 and "300/300" in done.stderr  # one bar (rank 0), all rows
+    result = _check_complete(tmp_path / "out", reference, 300)
+    manifest = result.manifest
+    assert manifest["spec"] == SPEC and manifest["pooling"] == "mean" and manifest["normalize"] is True
+    assert manifest["instruction"] == INSTRUCTION and manifest["dimension"] == 32 and manifest["dtype"] == "float32"
+    assert manifest["world_size"] == 2 and manifest["encoded"] == 300 and manifest["skipped"] == 0
+    assert [s["rows"] for s in manifest["shards"]] == [37] * 8 + [4]
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert [r["shards_written"] for r in summary["ranks"]] == [5, 4]  # shard k on rank k % 2
+    assert summary["texts"] == 300 and summary["tokens"] == sum(s["tokens"] for s in manifest["shards"])
+    assert result.vectors[7].tolist() == result.vectors[[7]][0].tolist()
+    np.testing.assert_array_equal(result.vectors[290:295, :4], np.asarray(result.vectors)[290:295, :4])
+
+
+def test_a_rank_killed_mid_run_then_rerun_encodes_every_row_exactly_once(model, jsonl, reference, tmp_path):
+    out = tmp_path / "out"
+    killed = _torchrun(model, jsonl[0], out, env={"CORPUS_KILL_RANK": "1", "CORPUS_KILL_AFTER": "2"})
+    assert killed.returncode != 0
+    assert not (out / "manifest.json").exists()
+    assert any(out.glob(".shard-*.tmp"))  # the half-written shard the kill left
+    written = {p.name for p in out.glob("shard-*.json")}
+    assert {"shard-00001.json", "shard-00003.json"} <= written and "shard-00005.json" not in written
+    with pytest.raises(FileNotFoundError, match="did not finish"):
+        load_corpus_embeddings(out)
+
+    done = _torchrun(model, jsonl[0], out)
+    assert done.returncode == 0, done.stderr[-4000:]
+    _check_complete(out, reference, 300)
+    assert not list(out.glob(".*.tmp"))
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert summary["ranks"][1]["shards_reused"] == 2 and summary["texts"] < 300
+
+
+def test_shards_do_not_depend_on_the_number_of_processes(encoder, jsonl, reference, tmp_path):
+    """A one-process rerun over a two-rank folder reuses every shard; a damaged one is redone."""
+    out = tmp_path / "out"
+    encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    (out / "shard-00002.json").unlink()  # killed between the shard and its record
+    (out / "shard-00004.safetensors").write_bytes(b"garbage")  # a damaged shard
+    summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert summary.ranks[0].shards_written == 2 and summary.texts == 74 and summary.encoded == 300
+    _check_complete(out, reference, 300)
+
+
+def test_a_rerun_with_other_arguments_is_refused(encoder, jsonl, tmp_path):
+    out = tmp_path / "out"
+    encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    with pytest.raises(ValueError, match=r"other arguments \(pooling 'mean' there, 'last' now\)"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **{**JOB, "pooling": "last"})
+    other = EncoderFromDecoder.from_model(encoder.decoder, "F* | B*2", encoder.tokenizer)
+    with pytest.raises(ValueError, match=r"spec 'F\* \| M0B\*2' there, 'F\* \| B\*2' now"):
+        encode_corpus(other, jsonl[0], out, show_progress=False, **JOB)
+    with pytest.raises(ValueError, match="shard_rows 37 there, 50 now"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **{**JOB, "shard_rows": 50})
+    assert (out / "manifest.json").exists()  # a refused rerun changes nothing
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a corpus folder"):
+        encode_corpus(encoder, jsonl[0], tmp_path / "busy", show_progress=False, **JOB)
+
+
+def test_a_changed_input_is_refused(encoder, tmp_path):
+    source = tmp_path / "c.txt"
+    source.write_text("the cat\nthe dog\n")
+    encode_corpus(encoder, source, tmp_path / "out", show_progress=False)
+    source.write_text("the cat\nthe dog\nsat\n")
+    with pytest.raises(ValueError, match="input"):
+        encode_corpus(encoder, source, tmp_path / "out", show_progress=False)
+
+
+def test_an_empty_input_gives_an_empty_folder_that_reads_back(encoder, tmp_path):
+    (tmp_path / "c.txt").write_text("")
+    encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", dtype="float16", show_progress=False)
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.vectors.shape == (0, 32) and got.vectors.dtype == np.float16 and got.rows.tolist() == []
+    with pytest.raises(ValueError, match=r"id_field needs a \.jsonl or \.parquet input"):
+        encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "other", id_field="id")
+
+
+def test_text_lines_split_on_newline_only_without_bom_or_carriage_return(encoder, tmp_path):
+    source = tmp_path / "c.txt"
+    source.write_bytes("\ufeffthe cat\r\nthe\u2028dog\x0cran\nvery good".encode())
+    out = encode_corpus(encoder, source, tmp_path / "out", show_progress=False, max_length=64)
+    assert out.rows == 3 and out.encoded == 3
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.ids is None and got.rows.tolist() == [0, 1, 2]
+    expected = encoder.encode(["the cat", "the\u2028dog\x0cran", "very good"])
+    np.testing.assert_allclose(got.vectors[:], expected, atol=1e-5, rtol=0)
+
+
+BAD = [
+    ('{"text": "the cat"}\n{"text": \n', "line 2: invalid JSON"),
+    ('{"text": "the cat"}\n{"body": "a"}\n', "line 2: no 'text' field"),
+    ('{"text": "the cat"}\n\n{"text": "a dog"}\n', "line 2: empty line"),
+    ('{"text": "the cat"}\n{"text": ""}\n', "line 2: empty text"),
+    ('{"text": "the cat"}\n{"text": 3}\n', "line 2: 'text' is a int, not a string"),
+    ('{"text": "the cat"}\n["the cat"]\n', "line 2: not a JSON object"),
+    ('{"text": "the cat"}\n{"text": "  "}\n', "line 2: the text has no tokens"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_rows_are_fatal_with_their_line_number(encoder, tmp_path, content, message):
+    source = tmp_path / "c.jsonl"
+    source.write_text(content)
+    with pytest.raises(BadRowError, match=message) as err:
+        encode_corpus(encoder, source, tmp_path / "out", show_progress=False)
+    assert err.value.line == 2 and err.value.row == 1
+
+
+def test_bad_rows_can_be_skipped_and_are_counted(encoder, tmp_path):
+    source = tmp_path / "c.jsonl"
+    rows = ['{"text": "the cat", "id": 7}', "{oops", '{"text": "a dog", "id": "x"}', '{"text": "b", "id": 1.5}', ""]
+    source.write_text("\n".join([*rows, '{"text": "i like food", "id": 9}']) + "\n")
+    encode_corpus(encoder, source, tmp_path / "out", id_field="id", on_bad_row="skip", shard_rows=4, show_progress=0)
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.rows.tolist() == [0, 2, 5] and got.ids == ["7", "x", "9"]
+    skipped = got.manifest["skipped_rows"]
+    assert [(s["line"], s["reason"].split(" (")[0]) for s in skipped] == [
+        (2, "invalid JSON"),
+        (4, "'id' is a float; ids must be strings or integers"),
+        (5, "empty line"),
+    ]
+    assert got.manifest["skipped"] == 3 and got.manifest["encoded"] == 3 and got.manifest["rows"] == 6
+    np.testing.assert_allclose(got.vectors[:], encoder.encode(["the cat", "a dog", "i like food"]), atol=1e-5)
+
+
+def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(corpus, "PARQUET_BATCH", 7)  # record batches that straddle shards of 16 rows
+    texts = _texts(50, seed=1)
+    pq.write_table(pa.table({"passage": texts, "pid": list(range(100, 150))}), tmp_path / "c.parquet")
+    expected = encoder.encode(texts)
+    for dtype, tol in (("float16", 2e-3), ("bfloat16", 2e-2)):
+        out = tmp_path / dtype
+        encode_corpus(encoder, tmp_path / "c.parquet", out, text_field="passage", id_field="pid", dtype=dtype,
+                      shard_rows=16, show_progress=False)  # fmt: skip
+        got = load_corpus_embeddings(out)
+        assert got.ids == [str(i) for i in range(100, 150)] and got.manifest["dtype"] == dtype
+        np.testing.assert_allclose(got.vectors[:], expected, atol=tol, rtol=tol)
+    with pytest.raises(ValueError, match="no column 'text'"):
+        encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "x", show_progress=False)
+
+
+def test_the_reader_detects_missing_and_corrupt_shards(encoder, jsonl, tmp_path):
+    out = tmp_path / "out"
+    encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    shard = out / "shard-00003.safetensors"
+    data = bytearray(shard.read_bytes())
+    size = int.from_bytes(data[:8], "little")
+    start = json.loads(data[8 : 8 + size])["vectors"]["data_offsets"][0]
+    data[8 + size + start + 5] ^= 0x01  # one flipped bit inside a vector: safetensors alone would not notice
+    shard.write_bytes(bytes(data))
+    with pytest.raises(OSError, match=r"shard-00003\.safetensors is corrupt"):
+        load_corpus_embeddings(out)
+    assert len(load_corpus_embeddings(out, verify=False)) == 300
+    shard.unlink()
+    with pytest.raises(FileNotFoundError, match=r"shard-00003\.safetensors listed in the manifest is missing"):
+        load_corpus_embeddings(out)
+
+
+def test_unknown_input_suffix_and_bad_arguments_are_refused(encoder, tmp_path):
+    (tmp_path / "c.csv").write_text("a\n")
+    with pytest.raises(ValueError, match=r"must end in \.txt, \.jsonl"):
+        encode_corpus(encoder, tmp_path / "c.csv", tmp_path / "out")
+    (tmp_path / "c.txt").write_text("a\n")
+    with pytest.raises(ValueError, match="shard_rows must be a positive integer"):
+        encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", shard_rows=0)
+    with pytest.raises(ValueError, match="progress_interval must be a positive number"):
+        encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", progress_interval=0)
+    with pytest.raises(FileNotFoundError, match="no input file"):
+        encode_corpus(encoder, tmp_path / "none.txt", tmp_path / "out")
+
+
+def test_command_line(model, tmp_path, capsys):
+    from nosink.cli import main
+
+    (tmp_path / "c.txt").write_text("the cat sat\nthe dog ran\n")
+    args = ["encode-corpus", model, "--input", str(tmp_path / "c.txt"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--dtype", "float16", "--no-progress"]) == 0
+    assert "encoded 2 texts" in capsys.readouterr().out
+    assert load_corpus_embeddings(tmp_path / "out").vectors.dtype == np.float16
+    assert main([*args, "--dtype", "float32", "--no-progress"]) == 1
+    assert "dtype 'float16' there, 'float32' now" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--batch-size", "0"])
+    assert "must be a positive integer" in capsys.readouterr().err
