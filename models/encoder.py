@@ -107,7 +107,7 @@ class _Batch:
     context: Any  # rotary cos/sin, per family
     eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
     masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
-    layout: Layout | None = None  # where the real tokens lie, for the fast attention path
+    layout: Layout | None = None  # where the real tokens lie; set only when the batch takes the fast path
 
 
 @dataclass
@@ -540,7 +540,17 @@ class EncoderFromDecoder(nn.Module):
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
         context = self.parts.position_context(hidden, position_ids)
         eager = self.parts.attn_implementation == "eager" if eager is None else eager
-        return _Batch(hidden, attention_mask, position_ids, context, eager, {})
+        # Whether this batch may take the fast path is decided once, here; each layer step then only asks
+        # whether its own window allows it (see _route).
+        fast = (
+            self.fast_attention is not False
+            and not self.training
+            and not eager
+            and self.parts.fast_attention_applies
+            and (self.fast_attention is True or hidden.device.type == "cuda")
+        )
+        layout = Layout(attention_mask) if fast else None
+        return _Batch(hidden, attention_mask, position_ids, context, eager, {}, layout)
 
     def _mask(self, step: LayerStep, batch: _Batch) -> torch.Tensor:
         # Built once per batch, kind and window, on first use, whatever the number of layers or specs using it.
@@ -552,13 +562,7 @@ class EncoderFromDecoder(nn.Module):
 
     def _route(self, step: LayerStep, batch: _Batch) -> Route | None:
         # The fast path where it is exact; None sends the layer to the dense mask.
-        if self.fast_attention is False or self.training or batch.eager or not self.parts.fast_attention_applies:
-            return None
-        if self.fast_attention is None and batch.hidden.device.type != "cuda":
-            return None
-        if batch.layout is None:
-            batch.layout = Layout(batch.attention_mask)
-        return fast_route(step.kind, step.window, batch.layout)
+        return None if batch.layout is None else fast_route(step.kind, step.window, batch.layout)
 
     def _run(
         self,
