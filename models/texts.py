@@ -403,9 +403,12 @@ def _tokenize_template(
                 rows[i] = (row[0][:room], (min(first, room),) * 2, [])
                 continue
             fitted = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
-            if len(fitted[0]) > room:  # not even one token of the text fits
+            if len(fitted[0]) > room or fitted[1][0] == fitted[1][1]:
+                # Not even one token of the text fits, or what fits leaves nothing to pool (the cut text
+                # merged into the prompt): never a silent zero vector. The uncut row is what surely fits.
+                shortest = fitted[0] if len(fitted[0]) > room else row[0]
                 raise ValueError(
-                    f"text {i} needs at least {len(sink) + len(fitted[0])} tokens with the sink token, instruction "
+                    f"text {i} needs at least {len(sink) + len(shortest)} tokens with the sink token, instruction "
                     f"and template around one token of it, leaving no room for text within max_length={max_length}: "
                     "raise max_length or shorten the instruction or template"
                 )
