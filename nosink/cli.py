@@ -107,7 +107,12 @@ def _exit_layer(text: str) -> int:
     return value
 
 
-_TEMPLATE_HELP = "a prompt template preset: PromptEOL, PretendedCoT, KnowledgeEnhancement, MetaEOL or Echo"
+def _template_help() -> str:
+    from nosink.models.templates import PRESETS
+
+    return f"a prompt template preset: {', '.join(PRESETS)}"
+
+
 _EXIT_HELP = "early exit: run the decoder's first M layers only and read the embedding there (1 to its depth)"
 
 
@@ -157,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--batch-size", type=_count(), default=32)
     enc.add_argument("--max-length", type=_count(), default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
-    enc.add_argument("--template", type=_template, help=_TEMPLATE_HELP + " (it decides which tokens are pooled)")
+    enc.add_argument("--template", type=_template, help=_template_help() + " (it decides which tokens are pooled)")
     enc.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP)
     _add_encode_corpus(sub)
 
@@ -203,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=_count(), default=32)
     m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
     m.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
-    m.add_argument("--template", type=_template, help=_TEMPLATE_HELP + "; not for encoder baselines")
+    m.add_argument("--template", type=_template, help=_template_help() + "; not for encoder baselines")
     m.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP + "; not for encoder baselines")
 
     c = evsub.add_parser("classify", help="logistic regression on frozen embeddings (domain tasks, section 4.1)")
