@@ -261,3 +261,49 @@ def test_command_line(model, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*args, "--batch-size", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+
+
+def _write_ids(path, ids, seed=0):
+    texts = _texts(len(ids), seed=seed)
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(ids, texts, strict=True)))
+    return texts
+
+
+def test_a_repeated_id_is_refused_with_both_lines_before_any_shard(encoder, tmp_path):
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(60)] + ["d12"] + [7, "7"])  # 7 and "7" are both stored as "7"
+    with pytest.raises(corpus.DuplicateIdError, match=r"c\.jsonl: id 'd12' is on lines 13 and 61; ids must be uniq"):
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert not list((tmp_path / "out").glob("shard-*"))  # refused before the model ran
+    _write_ids(source, [f"d{i}" for i in range(60)] + [7, "7"])
+    with pytest.raises(corpus.DuplicateIdError, match="id '7' is on lines 61 and 62") as err:
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert err.value.id == "7" and err.value.rows == (60, 61) and err.value.lines == (61, 62)
+    done = encode_corpus(encoder, source, tmp_path / "out", shard_rows=16, show_progress=False)  # ids left out
+    assert done.encoded == 62
+
+
+def test_equal_id_hashes_without_a_repeated_id_are_not_refused(encoder, tmp_path, monkeypatch):
+    """Only the hashes are pooled; a collision makes the check read the ids again, and it finds no repeat."""
+    monkeypatch.setattr(corpus, "_id_hash", lambda id_: len(id_))  # "d10" ... "d99" all collide
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(100)])
+    encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert load_corpus_embeddings(tmp_path / "out").ids == [f"d{i}" for i in range(100)]
+
+
+def test_repeated_ids_in_the_shards_of_two_ranks_stop_both(model, tmp_path):
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(60)] + ["d3"] + [f"e{i}" for i in range(10)])  # shards 0 and 1
+    done = _torchrun(model, source, tmp_path / "out", text_field="text", id_field="id", shard_rows=37)
+    assert done.returncode != 0
+    assert done.stderr.count("id 'd3' is on lines 4 and 61") >= 2, done.stderr[-4000:]  # each rank says why
+    assert not list((tmp_path / "out").glob("shard-*"))
+
+
+def test_parquet_ids_are_checked_too(encoder, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": _texts(10), "pid": [1, 2, 3, 4, 5, 6, 3, 8, 9, 10]}), tmp_path / "c.parquet")
+    with pytest.raises(corpus.DuplicateIdError, match="id '3' is on rows 2 and 6"):
+        encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "out", id_field="pid", show_progress=False)
