@@ -5,10 +5,13 @@ import os
 import random
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import transformers as tf
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, load_corpus_embeddings
@@ -307,3 +310,73 @@ def test_parquet_ids_are_checked_too(encoder, tmp_path):
     pq.write_table(pa.table({"text": _texts(10), "pid": [1, 2, 3, 4, 5, 6, 3, 8, 9, 10]}), tmp_path / "c.parquet")
     with pytest.raises(corpus.DuplicateIdError, match="id '3' is on rows 2 and 6"):
         encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "out", id_field="pid", show_progress=False)
+
+
+def _traced_peak(run):
+    """The peak of Python and numpy allocations (tracemalloc) while ``run()`` runs, above what was live before."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        run()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+    """10x the rows, the same peak: a rank holds a shard or two of vectors, never the corpus's.
+
+    Shard vectors are numpy allocations, which tracemalloc counts along with every Python object (rows,
+    texts, ids, tokens, records). A run that kept every vector (the control, patched in) must fail the same bound.
+    """
+    config = tf.LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    wide = EncoderFromDecoder(tf.AutoModel.from_config(config).eval(), SPEC, tiny_tokenizer())
+    n, shard_rows = 300, 100
+    row_bytes = 256 * 4  # one float32 vector
+
+    def peak(rows, name):
+        source = tmp_path / f"{name}.jsonl"
+        _write_ids(source, [f"doc-{i}" for i in range(rows)])
+        kwargs = {"id_field": "id", "shard_rows": shard_rows, "batch_size": 16, "show_progress": False}
+        encoding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / name, **kwargs))
+        reading = _traced_peak(lambda: load_corpus_embeddings(tmp_path / name))
+        return encoding, reading
+
+    peak(20, "warm-up")  # imports, caches
+    small, large = peak(n, "small"), peak(10 * n, "large")
+    all_vectors = 9 * n * row_bytes  # what keeping the extra rows' vectors would add
+    assert large[0] - small[0] < all_vectors / 4, (small, large)
+    assert large[1] - small[1] < all_vectors / 10, (small, large)  # reading maps the vectors, reads none
+
+    kept = []
+    encode_rows = corpus._encode_rows
+    monkeypatch.setattr(corpus, "_encode_rows", lambda *a, **k: kept.append(encode_rows(*a, **k)) or kept[-1])
+    hoarding = peak(10 * n, "hoarding")
+    assert hoarding[0] - small[0] > all_vectors / 4, (small, hoarding)  # the bound catches a run that keeps them
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_of_torchrun_give_the_vectors_of_one_encode_call(model, jsonl, reference, tmp_path):
+    """The several-hosts launch (--nnodes 2, c10d rendezvous), both node ranks on this machine, over gloo."""
+    job = json.dumps({"model": model, "input": str(jsonl[0]), "out": str(tmp_path / "out"), "kwargs": JOB})
+    endpoint = f"127.0.0.1:{_free_port()}"
+    environ = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "corpus-test"]
+    pipes = {"env": environ, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    nodes = [subprocess.Popen([*launch, "--node-rank", str(n), *rendezvous, str(WORKER), job], **pipes) for n in (0, 1)]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    result = _check_complete(tmp_path / "out", reference, 300)
+    assert result.manifest["world_size"] == 2
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert [r["shards_written"] for r in summary["ranks"]] == [5, 4] and summary["texts"] == 300
