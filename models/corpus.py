@@ -14,8 +14,13 @@ the number of processes does not change the result, and a rerun may use another 
 
 **Order and memory.** Every rank streams the input and keeps the rows of one shard of its own at a time;
 the shard's texts are sorted by length for tight batches (the length sort works within that window of
-``shard_rows`` rows), encoded, put back in input order and written. A rank holds at most one shard of
-vectors (plus the batch on the device), whatever the corpus size.
+``shard_rows`` rows), encoded, put back in input order and written. A reader thread reads and tokenizes
+the next shard while the model runs, and a writer thread writes the previous shard, so a rank holds the
+texts and tokens of two shards and at most two shards of vectors (plus the batch on the device), whatever
+the corpus size; what grows with the corpus is 8 bytes a row for the id check and a small record a shard.
+
+**Ids.** With an ``id_field``, ids must be unique: before any shard is encoded the ranks pool a 64-bit hash
+of every id (each rank hashing its own shards' ids), and a repeat stops the run with the id and both lines.
 
 **Resuming.** A shard is written under a temporary name and renamed, then its ``.json`` is written the same
 way; a shard counts as done only when its ``.json`` exists and the file's sha256 matches it. A rerun
@@ -491,12 +496,15 @@ class _Progress:
 
     With several ranks a background thread all-reduces the counts over its own gloo group, once per
     ``interval``, in lockstep on every rank until all ranks are done: the encoding loop never waits
-    for it, and the end of the loop is where ranks wait for each other.
+    for it, and the end of the loop is where ranks wait for each other. A rank that is done stops
+    sleeping between exchanges (its partners' pace sets theirs), so the run ends as soon as the last
+    rank is done, not up to ``interval`` later.
     """
 
     def __init__(self, world: _World, total: int, show: bool, interval: float) -> None:
         self.world, self.interval = world, interval
         self.done, self.finished = 0, False
+        self.wake = threading.Event()  # set when this rank is done: no waiting out the interval at the end
         self.bar = tqdm(total=total, desc="encode-corpus", unit="row", disable=not show or world.rank != 0)
         self.thread: threading.Thread | None = None
         if world.size > 1:
@@ -510,6 +518,7 @@ class _Progress:
 
     def finish(self) -> None:
         self.finished = True
+        self.wake.set()
         if self.thread is not None:
             self.thread.join()
         self.bar.close()
@@ -523,7 +532,7 @@ class _Progress:
             self.bar.refresh()
             if int(counts[1]) == self.world.size:
                 return
-            time.sleep(self.interval)
+            self.wake.wait(self.interval)
 
 
 # --------------------------------------------------------------------------- files
