@@ -797,7 +797,7 @@ def encode_corpus(
         input_path: the corpus file.
         out_dir: the corpus folder: new, empty, or one this call wrote before with the same arguments.
         text_field: the text's field or column (jsonl, parquet).
-        id_field: a field or column of row ids to keep beside the vectors (strings or integers).
+        id_field: a field or column of row ids to keep beside the vectors (strings or integers, unique).
         instruction: a prompt put before every text (not pooled), as in ``encode()``.
         pooling: ``mean``, ``weighted_mean``, ``last`` or ``first``.
         normalize: L2-normalise the vectors.
@@ -816,7 +816,8 @@ def encode_corpus(
     Raises:
         ValueError: for bad arguments, an input of unknown suffix or without the parquet columns, a folder
             that holds another run (other arguments) or other files; :class:`BadRowError` for a bad row
-            when ``on_bad_row="error"``.
+            when ``on_bad_row="error"``; :class:`DuplicateIdError` (before any encoding) if two rows have
+            the same id.
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
     """
