@@ -380,3 +380,38 @@ def test_two_nodes_of_torchrun_give_the_vectors_of_one_encode_call(model, jsonl,
     assert result.manifest["world_size"] == 2
     summary = json.loads((tmp_path / "out.summary.json").read_text())
     assert [r["shards_written"] for r in summary["ranks"]] == [5, 4] and summary["texts"] == 300
+
+
+def test_errors_on_the_reader_and_writer_threads_stop_the_run_after_the_write_in_progress(
+    encoder, jsonl, reference, tmp_path, monkeypatch
+):
+    tokenize, calls = corpus._texts.tokenize, []
+
+    def failing_tokenize(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("tokenizer broke")
+        return tokenize(*args, **kwargs)
+
+    monkeypatch.setattr(corpus._texts, "tokenize", failing_tokenize)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="tokenizer broke"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert sorted(p.name for p in out.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
+    monkeypatch.setattr(corpus._texts, "tokenize", tokenize)
+
+    write = corpus._write_shard
+
+    def failing_write(out, k, *args, **kwargs):
+        if k == 4:
+            raise OSError("disk full")
+        return write(out, k, *args, **kwargs)
+
+    monkeypatch.setattr(corpus, "_write_shard", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert len(list(out.glob("shard-*.json"))) == 4  # shards 2 and 3 were added, 4 failed, the run stopped
+    monkeypatch.setattr(corpus, "_write_shard", write)
+    summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert summary.ranks[0].shards_reused == 4
+    _check_complete(out, reference, 300)
