@@ -14,10 +14,11 @@ the number of processes does not change the result, and a rerun may use another 
 
 **Order and memory.** Every rank streams the input and keeps the rows of one shard of its own at a time;
 the shard's texts are sorted by length for tight batches (the length sort works within that window of
-``shard_rows`` rows), encoded, put back in input order and written. A reader thread reads and tokenizes
-the next shard while the model runs, and a writer thread writes the previous shard, so a rank holds the
-texts and tokens of two shards and at most two shards of vectors (plus the batch on the device), whatever
-the corpus size; what grows with the corpus is 8 bytes a row for the id check and a small record a shard.
+``shard_rows`` rows), encoded, and each batch's vectors are written at their rows' places in the shard's
+file as soon as they are pooled. A reader thread reads and tokenizes the next shard while the model runs,
+and a writer thread seals the previous shard (flush to disk, sha256, rename), so a rank holds the texts
+and tokens of two shards and one batch of vectors (plus the batch on the device), whatever the corpus
+size; what grows with the corpus is 8 bytes a row for the id check and a small record a shard.
 
 **Ids.** With an ``id_field``, ids must be unique: before any shard is encoded the ranks pool a 64-bit hash
 of every id (each rank hashing its own shards' ids), and a repeat stops the run with the id and both lines.
@@ -566,24 +567,93 @@ def _shard_name(k: int) -> str:
     return f"shard-{k:05d}.safetensors"
 
 
-def _write_shard(out: Path, k: int, vectors: torch.Tensor, rows: list[int], ids: list[str] | None) -> str:
-    """Write shard ``k`` atomically; its sha256."""
-    from safetensors.torch import save_file
+_ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
-    tensors = {"vectors": vectors.contiguous(), "rows": torch.tensor(rows, dtype=torch.int64)}
-    if ids is not None:
-        encoded = [i.encode("utf-8") for i in ids]
-        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        tensors["ids_utf8"] = torch.from_numpy(blob.copy())  # (total bytes,) the ids' UTF-8, back to back
-        tensors["ids_offsets"] = torch.tensor(np.cumsum([0, *map(len, encoded)]), dtype=torch.int64)  # (n + 1,)
-    digest: list[str] = []
 
-    def write(tmp: Path) -> None:
-        save_file(tensors, str(tmp), metadata={"nosink_corpus": str(FORMAT), "shard": str(k)})
-        digest.append(_sha256(tmp))
+class _ShardFile:
+    """Shard ``k``'s safetensors file, written while the shard is encoded: vectors go to disk batch by batch.
 
-    _write_atomic(out / _shard_name(k), write)
-    return digest[0]
+    The file's size is known before the first batch (rows, ids and the vectors' shape), so the header, the
+    rows and the ids are written first, under a temporary name, and each batch's vectors are written in
+    place (:meth:`put`); the process never holds more vectors than one batch. :meth:`seal` flushes the file
+    to disk, takes its sha256 and renames it, so a reader sees a whole shard or none.
+    """
+
+    def __init__(self, out: Path, k: int, n: int, dimension: int, dtype: torch.dtype, rows: list[int],
+                 ids: list[str] | None) -> None:  # fmt: skip
+        self.k, self.target = k, out / _shard_name(k)
+        self.tmp = self.target.with_name(f".{self.target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        self.row_bytes = dimension * torch.empty((), dtype=dtype).element_size()
+        blobs: list[tuple[str, str, list[int], bytes | None]] = [
+            ("rows", "I64", [n], np.asarray(rows, np.int64).tobytes())
+        ]
+        if ids is not None:
+            encoded = [i.encode("utf-8") for i in ids]
+            offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int64)  # (n + 1,)
+            blobs.append(("ids_offsets", "I64", [n + 1], offsets.tobytes()))
+        blobs.append(("vectors", _ST_NAMES[dtype], [n, dimension], None))  # written batch by batch
+        if ids is not None:
+            blob = b"".join(encoded)  # the ids' UTF-8, back to back
+            blobs.append(("ids_utf8", "U8", [len(blob)], blob))
+        header: dict[str, Any] = {"__metadata__": {"nosink_corpus": str(FORMAT), "shard": str(k)}}
+        start = 0
+        for name, kind, shape, data in blobs:
+            size = len(data) if data is not None else n * self.row_bytes
+            header[name] = {"dtype": kind, "shape": shape, "data_offsets": [start, start + size]}
+            start += size
+        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+        self.data_start = 8 + len(raw)
+        self.vectors_start = self.data_start + header["vectors"]["data_offsets"][0]
+        self.fh = self.tmp.open("wb")
+        try:
+            self.fh.write(len(raw).to_bytes(8, "little") + raw)
+            for name, _, _, data in blobs:
+                if data is not None:
+                    self.fh.seek(self.data_start + header[name]["data_offsets"][0])
+                    self.fh.write(data)
+            self.fh.truncate(self.data_start + start)  # the full size, vectors still zeros
+            self.fh.flush()
+        except BaseException:
+            self.discard()
+            raise
+
+    def put(self, positions: Sequence[int], vectors: torch.Tensor) -> None:
+        """Write ``vectors`` (B, D), CPU, the shard's dtype, as the shard's rows ``positions``."""
+        data = vectors.contiguous().view(torch.int8).numpy() if vectors.numel() else None  # (B, D * bytes)
+        if data is None:
+            return
+        fd = self.fh.fileno()
+        for position, row in zip(positions, data, strict=True):
+            os.pwrite(fd, row.data, self.vectors_start + position * self.row_bytes)
+
+    def seal(self) -> str:
+        """Flush the file to disk and give it its name; its sha256."""
+        try:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            digest = _sha256(self.tmp)
+            os.replace(self.tmp, self.target)
+            return digest
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (a sealed shard is already renamed)."""
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _open_shard(out: Path, k: int, n: int, dimension: int, dtype: torch.dtype, rows: list[int],
+                ids: list[str] | None) -> _ShardFile:  # fmt: skip
+    """Start shard ``k``'s file (see :class:`_ShardFile`)."""
+    return _ShardFile(out, k, n, dimension, dtype, rows, ids)
+
+
+def _seal_shard(shard: _ShardFile) -> str:
+    """Finish shard ``shard.k``'s file (on the writer thread); its sha256."""
+    return shard.seal()
 
 
 def _done_shard(out: Path, k: int, config_sha: str) -> dict[str, Any] | None:
@@ -722,40 +792,40 @@ def _read_shards(job: _Job, todo: Sequence[int]) -> Iterator[_Shard]:
         yield _Shard(k, rows, good, tokens)
 
 
-def _empty_vectors(n: int, dimension: int, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised ``(n, dimension)`` CPU tensor, allocated by numpy (so ``tracemalloc`` counts it)."""
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(np.empty((n, dimension), dtype=np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.empty((n, dimension), dtype=np.float16 if dtype == torch.float16 else np.float32))
+def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], int, int]:
+    """Encode a shard's good rows (sorted by length) into its file: ``(the file, bad rows, tokens, truncated)``.
 
+    The file is open (not sealed) when this returns; the vectors are in it, in row order.
 
-def _encode_rows(
-    encoder: Any,
-    rows: list[_Row],
-    tokens: Any,
-    *,
-    pooling: str,
-    normalize: bool,
-    dtype: torch.dtype,
-    batch_size: int,
-    progress: _Progress,
-) -> tuple[torch.Tensor, list[_Row], int, int]:
-    """Encode good rows (sorted by length within the shard): ``(vectors in row order, bad rows, tokens, truncated)``."""
+    Raises:
+        BadRowError: for the first text without tokens, unless bad rows are skipped.
+    """
+    rows, tokens = shard.good, shard.tokens
     empty = set(tokens.empty)
     for i in sorted(empty):
         rows[i].problem = "the text has no tokens"
+    if empty and job.on_bad_row == "error":
+        first = rows[min(empty)]
+        raise BadRowError(str(job.source), first.row, first.line, first.problem or "")
     keep = [i for i in range(len(rows)) if i not in empty]
-    vectors = _empty_vectors(len(keep), int(encoder.config.hidden_size), dtype)  # (n, D) in row order
-    lengths = tokens.lengths
-    for group in _texts.batches([lengths[i] for i in keep], batch_size):
-        idx = [keep[j] for j in group]
-        pooled = encoder.encode_tokens(tokens, idx, pooling=pooling)[encoder.plan.name]  # (B, D) float32, as encode()
-        if normalize:
-            pooled = torch.nn.functional.normalize(pooled, dim=-1)
-        vectors[group] = pooled.to(dtype)
-        progress.add(len(idx))
+    ids = [rows[i].id or "" for i in keep] if job.id_field is not None else None
+    encoder = job.encoder
+    file = _open_shard(job.out, shard.k, len(keep), int(encoder.config.hidden_size), job.dtype,
+                       [rows[i].row for i in keep], ids)  # fmt: skip
+    try:
+        lengths = tokens.lengths
+        for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
+            idx = [keep[j] for j in group]
+            pooled = encoder.encode_tokens(tokens, idx, pooling=job.pooling)[encoder.plan.name]  # (B, D) float32
+            if job.normalize:
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+            file.put(group, pooled.to(job.dtype))  # group: the rows' places among the kept rows
+            progress.add(len(idx))
+    except BaseException:
+        file.discard()
+        raise
     n_tokens = sum(lengths[i] for i in keep)
-    return vectors, [rows[i] for i in sorted(empty)], n_tokens, len(set(tokens.truncated) - empty)
+    return file, [rows[i] for i in sorted(empty)], n_tokens, len(set(tokens.truncated) - empty)
 
 
 def encode_corpus(
@@ -938,10 +1008,8 @@ def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
     return config
 
 
-def _encode_shard(
-    job: _Job, shard: _Shard, progress: _Progress
-) -> tuple[torch.Tensor, list[_Row], list[_Row], int, int]:
-    """Encode shard ``k``: ``(vectors, good rows, bad rows, tokens, truncated)``.
+def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], list[_Row], int, int]:
+    """Encode shard ``k`` into its (unsealed) file: ``(file, good rows, bad rows, tokens, truncated)``.
 
     Raises:
         BadRowError: for the first bad row, unless bad rows are skipped.
@@ -950,25 +1018,20 @@ def _encode_shard(
     if bad and job.on_bad_row == "error":
         raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
     progress.add(len(bad))
-    vectors, no_tokens, n_tokens, cut = _encode_rows(
-        job.encoder, shard.good, shard.tokens, pooling=job.pooling, normalize=job.normalize, dtype=job.dtype,
-        batch_size=job.batch_size, progress=progress,
-    )  # fmt: skip
-    if no_tokens and job.on_bad_row == "error":
-        raise BadRowError(str(job.source), no_tokens[0].row, no_tokens[0].line, no_tokens[0].problem or "")
+    _clean_tmp(job.out, shard.k)  # left by a run killed while writing this shard
+    file, no_tokens, n_tokens, cut = _encode_rows(job, shard, progress)
     progress.add(len(no_tokens))
     good = [r for r in shard.good if r.problem is None]
-    return vectors, good, sorted(bad + no_tokens, key=lambda r: r.row), n_tokens, cut
+    return file, good, sorted(bad + no_tokens, key=lambda r: r.row), n_tokens, cut
 
 
 def _store_shard(
-    job: _Job, k: int, vectors: torch.Tensor, good: list[_Row], bad: list[_Row], n_tokens: int, cut: int,
-    n_rows: int, config_sha: str,
+    job: _Job, file: _ShardFile, good: list[_Row], bad: list[_Row], n_tokens: int, cut: int, n_rows: int,
+    config_sha: str,
 ) -> dict[str, Any]:  # fmt: skip
-    """Write shard ``k`` and then its record (on the writer thread); the record."""
-    _clean_tmp(job.out, k)
-    ids = [r.id or "" for r in good] if job.id_field is not None else None
-    sha = _write_shard(job.out, k, vectors, [r.row for r in good], ids)
+    """Seal shard ``k``'s file and then write its record (on the writer thread); the record."""
+    k = file.k
+    sha = _seal_shard(file)
     record = {
         "shard": k,
         "file": _shard_name(k),
@@ -995,9 +1058,9 @@ def _encode_shards(
     """Encode and write the shards ``todo``; their records.
 
     Three things overlap: the reader thread reads and tokenizes shard ``k + 1``, this thread runs shard
-    ``k`` through the model, the writer thread writes shard ``k - 1``. This thread waits for that write
-    before it hands over shard ``k``, so at most two shards of vectors are alive (the one being filled and
-    the one being written). An error anywhere stops the run after the write in progress is finished.
+    ``k`` through the model (writing each batch's vectors into the shard's file), and the writer thread
+    seals shard ``k - 1`` (flush to disk, sha256, rename, record). An error anywhere stops the run after
+    the seal in progress is finished.
     """
     records: list[dict[str, Any]] = []
     pending: Future[dict[str, Any]] | None = None
@@ -1005,11 +1068,15 @@ def _encode_shards(
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nosink-corpus-writer") as writer:
             for shard in reader:
-                k, encoded = shard.k, _encode_shard(job, shard, progress)
+                encoded = _encode_shard(job, shard, progress)
                 del shard  # its texts and tokens
-                if pending is not None:
-                    records.append(pending.result())
-                pending = writer.submit(_store_shard, job, k, *encoded, n_rows, config_sha)
+                try:
+                    if pending is not None:
+                        records.append(pending.result())
+                except BaseException:
+                    encoded[0].discard()
+                    raise
+                pending = writer.submit(_store_shard, job, *encoded, n_rows, config_sha)
                 del encoded
             if pending is not None:
                 records.append(pending.result())

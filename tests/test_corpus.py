@@ -1,17 +1,20 @@
 """Corpus encoding: torchrun ranks give encode()'s vectors in input order, resume after a kill, refuse mixing."""
 
+import gc
 import json
 import os
 import random
 import subprocess
 import sys
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import transformers as tf
+from safetensors.torch import load_file
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, load_corpus_embeddings
@@ -216,6 +219,9 @@ def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch)
                       shard_rows=16, show_progress=False)  # fmt: skip
         got = load_corpus_embeddings(out)
         assert got.ids == [str(i) for i in range(100, 150)] and got.manifest["dtype"] == dtype
+        stored = load_file(str(out / "shard-00001.safetensors"))  # a plain safetensors file, for any reader
+        assert stored["rows"].tolist() == list(range(16, 32))
+        np.testing.assert_array_equal(stored["vectors"].float().numpy(), got.vectors[16:32])
         np.testing.assert_allclose(got.vectors[:], expected, atol=tol, rtol=tol)
     with pytest.raises(ValueError, match="no column 'text'"):
         encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "x", show_progress=False)
@@ -323,38 +329,69 @@ def _traced_peak(run):
         tracemalloc.stop()
 
 
-def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
-    """10x the rows, the same peak: a rank holds a shard or two of vectors, never the corpus's.
+def _live_tensor_bytes():
+    """Bytes of every CPU tensor alive (tensors are gc-tracked objects; each storage counted once)."""
+    seen, total = set(), 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance() on some lazy module objects warns
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+                storage = obj.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
 
-    Shard vectors are numpy allocations, which tracemalloc counts along with every Python object (rows,
-    texts, ids, tokens, records). A run that kept every vector (the control, patched in) must fail the same bound.
+
+def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+    """10x the rows, the same peak: a rank holds a batch of vectors (they go to the shard file), never all.
+
+    Two measurements, each over a run of N and of 10 N rows: the peak of Python and numpy allocations
+    (tracemalloc: rows, texts, ids, tokens, records) and the peak of live torch tensors (weights and
+    batches), sampled at every batch. A run patched to keep a copy of every batch (the control) must fail both.
     """
     config = tf.LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=64, num_hidden_layers=2,
                             num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2)  # fmt: skip
     torch.manual_seed(0)
     wide = EncoderFromDecoder(tf.AutoModel.from_config(config).eval(), SPEC, tiny_tokenizer())
-    n, shard_rows = 300, 100
-    row_bytes = 256 * 4  # one float32 vector
+    n, kwargs = 300, {"id_field": "id", "shard_rows": 100, "batch_size": 50, "show_progress": False}
+    tensor_peaks, put = [], corpus._ShardFile.put
 
-    def peak(rows, name):
+    def sampling_put(self, positions, vectors):
+        tensor_peaks[-1] = max(tensor_peaks[-1], _live_tensor_bytes())
+        put(self, positions, vectors)
+
+    monkeypatch.setattr(corpus._ShardFile, "put", sampling_put)
+
+    def peaks(rows, name):
         source = tmp_path / f"{name}.jsonl"
         _write_ids(source, [f"doc-{i}" for i in range(rows)])
-        kwargs = {"id_field": "id", "shard_rows": shard_rows, "batch_size": 16, "show_progress": False}
-        encoding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / name, **kwargs))
+        tensor_peaks.append(0)
+        encode_corpus(wide, source, tmp_path / f"{name}-sampled", **kwargs)
+        with monkeypatch.context() as unsampled:
+            unsampled.setattr(corpus._ShardFile, "put", put)
+            encoding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / name, **kwargs))
         reading = _traced_peak(lambda: load_corpus_embeddings(tmp_path / name))
-        return encoding, reading
+        return encoding, reading, tensor_peaks[-1]
 
-    peak(20, "warm-up")  # imports, caches
-    small, large = peak(n, "small"), peak(10 * n, "large")
-    all_vectors = 9 * n * row_bytes  # what keeping the extra rows' vectors would add
-    assert large[0] - small[0] < all_vectors / 4, (small, large)
-    assert large[1] - small[1] < all_vectors / 10, (small, large)  # reading maps the vectors, reads none
+    peaks(20, "warm-up")  # imports, caches
+    small, large = peaks(n, "small"), peaks(10 * n, "large")
+    extra_vectors = 9 * n * 256 * 4  # what keeping the extra rows' float32 vectors would take
+    assert large[0] - small[0] < extra_vectors / 4, (small, large)
+    assert large[1] - small[1] < extra_vectors / 10, (small, large)  # reading maps the vectors, reads none
+    assert large[2] - small[2] < extra_vectors / 4, (small, large)
 
     kept = []
-    encode_rows = corpus._encode_rows
-    monkeypatch.setattr(corpus, "_encode_rows", lambda *a, **k: kept.append(encode_rows(*a, **k)) or kept[-1])
-    hoarding = peak(10 * n, "hoarding")
-    assert hoarding[0] - small[0] > all_vectors / 4, (small, hoarding)  # the bound catches a run that keeps them
+
+    def hoarding_put(self, positions, vectors):
+        kept.append((vectors.clone(), vectors.numpy().copy()))  # a torch and a numpy copy
+        sampling_put(self, positions, vectors)
+
+    monkeypatch.setattr(corpus._ShardFile, "put", hoarding_put)
+    tensor_peaks.append(0)
+    source = tmp_path / "large.jsonl"
+    hoarding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / "hoarding", **kwargs))
+    assert hoarding - small[0] > extra_vectors / 4 and tensor_peaks[-1] - small[2] > extra_vectors / 4  # caught
 
 
 def _free_port():
@@ -400,18 +437,19 @@ def test_errors_on_the_reader_and_writer_threads_stop_the_run_after_the_write_in
     assert sorted(p.name for p in out.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
     monkeypatch.setattr(corpus._texts, "tokenize", tokenize)
 
-    write = corpus._write_shard
+    seal = corpus._seal_shard
 
-    def failing_write(out, k, *args, **kwargs):
-        if k == 4:
+    def failing_seal(shard):
+        if shard.k == 4:
+            shard.discard()
             raise OSError("disk full")
-        return write(out, k, *args, **kwargs)
+        return seal(shard)
 
-    monkeypatch.setattr(corpus, "_write_shard", failing_write)
+    monkeypatch.setattr(corpus, "_seal_shard", failing_seal)
     with pytest.raises(OSError, match="disk full"):
         encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
     assert len(list(out.glob("shard-*.json"))) == 4  # shards 2 and 3 were added, 4 failed, the run stopped
-    monkeypatch.setattr(corpus, "_write_shard", write)
+    monkeypatch.setattr(corpus, "_seal_shard", seal)
     summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
     assert summary.ranks[0].shards_reused == 4
     _check_complete(out, reference, 300)
