@@ -2,8 +2,8 @@
 
     python benchmarks/bench_corpus.py prepare /tmp/bench --rows 200000          # model folder + corpus.jsonl
     torchrun --standalone --nproc-per-node 1 -m nosink.cli encode-corpus /tmp/bench/model \\
-        --input /tmp/bench/corpus.jsonl --out /tmp/bench/gpu1 --model-dtype bfloat16 --dtype float16 \\
-        --batch-size 256 --no-progress
+        --input /tmp/bench/corpus.jsonl --id-field id --out /tmp/bench/gpu1 --model-dtype bfloat16 \\
+        --dtype float16 --batch-size 256 --no-progress
     torchrun --standalone --nproc-per-node 2 -m nosink.cli encode-corpus ... --out /tmp/bench/gpu2
     python benchmarks/bench_corpus.py compare /tmp/bench/gpu1 /tmp/bench/gpu2    # JSON: texts/s, ratio
 

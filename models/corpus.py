@@ -14,8 +14,14 @@ the number of processes does not change the result, and a rerun may use another 
 
 **Order and memory.** Every rank streams the input and keeps the rows of one shard of its own at a time;
 the shard's texts are sorted by length for tight batches (the length sort works within that window of
-``shard_rows`` rows), encoded, put back in input order and written. A rank holds at most one shard of
-vectors (plus the batch on the device), whatever the corpus size.
+``shard_rows`` rows), encoded, and each batch's vectors are written at their rows' places in the shard's
+file as soon as they are pooled. A reader thread reads and tokenizes the next shard while the model runs,
+and a writer thread seals the previous shard (flush to disk, sha256, rename), so a rank holds the texts
+and tokens of two shards and one batch of vectors (plus the batch on the device), whatever the corpus
+size; what grows with the corpus is 8 bytes a row for the id check and a small record a shard.
+
+**Ids.** With an ``id_field``, ids must be unique: before any shard is encoded the ranks pool a 64-bit hash
+of every id (each rank hashing its own shards' ids), and a repeat stops the run with the id and both lines.
 
 **Resuming.** A shard is written under a temporary name and renamed, then its ``.json`` is written the same
 way; a shard counts as done only when its ``.json`` exists and the file's sha256 matches it. A rerun
@@ -36,10 +42,12 @@ import itertools
 import json
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from importlib import metadata
@@ -58,7 +66,9 @@ from .pooling import POOLINGS
 __all__ = [
     "BadRowError",
     "CorpusEmbeddings",
+    "CorpusIds",
     "CorpusSummary",
+    "DuplicateIdError",
     "RankSummary",
     "ShardedMatrix",
     "encode_corpus",
@@ -76,7 +86,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 _BOM = b"\xef\xbb\xbf"
 PARQUET_BATCH = 8192  # rows per record batch read from a parquet file
 SHARD_KEYS = ("file", "first_row", "end_row", "rows", "sha256", "tokens")  # what the manifest lists per shard
-_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}  # bfloat16 is read as its bits
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64, "U8": np.uint8}  # BF16: bits
 
 
 class BadRowError(ValueError):
@@ -95,6 +105,28 @@ class BadRowError(ValueError):
             "(on_bad_row='skip', --skip-bad-rows), which counts them in the manifest"
         )
         self.row, self.line, self.reason = row, line, reason
+
+
+class DuplicateIdError(ValueError):
+    """Two rows of the input with the same id (ids name the vectors, so they must be unique).
+
+    Attributes:
+        id: the repeated id (as stored: a string).
+        rows: the 0-based rows of its first two occurrences.
+        lines: their 1-based line numbers (``None`` for parquet).
+    """
+
+    def __init__(self, path: str, id_: str, first: _Row, second: _Row) -> None:
+        where = (
+            f"lines {first.line} and {second.line}" if first.line is not None else f"rows {first.row} and {second.row}"
+        )
+        super().__init__(
+            f"{printable(path)}: id {printable(repr(id_))} is on {where}; ids must be unique (each names one "
+            "vector): fix the input, or leave out id_field (--id-field) and identify vectors by their row"
+        )
+        self.id = id_
+        self.rows = (first.row, second.row)
+        self.lines = (first.line, second.line)
 
 
 # --------------------------------------------------------------------------- summaries
@@ -308,6 +340,96 @@ def _shards_of(
         yield current[0].row // shard_rows, current
 
 
+def _id_hash(id_: str) -> int:
+    """A 64-bit hash of an id, the same in every process (Python's ``hash`` of a str is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(id_.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
+    """Refuse an input whose ids repeat, before any shard is encoded.
+
+    Each rank hashes the ids of its own shards (one streaming pass, ``k % world_size == rank``) to 64-bit
+    integers; the ranks pool them and sort them, 8 bytes a row, never the ids themselves. Only if two hashes
+    are equal (a repeated id, or rarely a collision) is the input read once more, keeping just the ids with
+    those hashes, to name the first repeated id and its two lines. Every rank reaches the same verdict.
+
+    Raises:
+        DuplicateIdError: for the first row whose id an earlier row has.
+    """
+    mine = list(range(world.rank, n_shards, world.size))
+    hashes = np.fromiter(
+        (_id_hash(r.id) for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, mine, job.text_field,
+                                                   job.id_field) for r in rows if r.id is not None),
+        dtype=np.uint64,
+    )  # fmt: skip
+    pooled = np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in world.gather(hashes.tobytes())])
+    del hashes
+    pooled.sort()
+    suspects = set(np.unique(pooled[1:][pooled[1:] == pooled[:-1]]).tolist())
+    del pooled
+    if not suspects:
+        return
+    seen: dict[str, _Row] = {}
+    every = range(n_shards)
+    for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, every, job.text_field, job.id_field):
+        for r in rows:
+            if r.id is not None and _id_hash(r.id) in suspects:
+                first = seen.setdefault(r.id, r)
+                if first is not r:
+                    raise DuplicateIdError(str(job.source), r.id, first, r)
+
+
+_END = object()
+
+
+class _Prefetch:
+    """The items of an iterator, each made on a background thread while the caller works on the one before.
+
+    At most two items are alive: the caller's and the next one (the thread waits for the caller to take an
+    item before making another). An error in the thread is raised in the caller, at that item.
+    """
+
+    def __init__(self, items: Iterator[Any], name: str) -> None:
+        self.items, self.stopped = items, False
+        self.slot = threading.Semaphore(1)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._make, name=name, daemon=True)
+        self.thread.start()
+
+    def _make(self) -> None:
+        try:
+            while True:
+                self.slot.acquire()
+                if self.stopped:
+                    return
+                item = next(self.items, _END)
+                self.queue.put(item)
+                if item is _END:
+                    return
+        except BaseException as err:  # handed to the caller
+            self.queue.put(_Failed(err))
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item = self.queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            self.slot.release()  # the thread may make the next one
+            yield item
+
+    def close(self) -> None:
+        self.stopped = True
+        self.slot.release()
+        self.thread.join()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -375,12 +497,15 @@ class _Progress:
 
     With several ranks a background thread all-reduces the counts over its own gloo group, once per
     ``interval``, in lockstep on every rank until all ranks are done: the encoding loop never waits
-    for it, and the end of the loop is where ranks wait for each other.
+    for it, and the end of the loop is where ranks wait for each other. A rank that is done stops
+    sleeping between exchanges (its partners' pace sets theirs), so the run ends as soon as the last
+    rank is done, not up to ``interval`` later.
     """
 
     def __init__(self, world: _World, total: int, show: bool, interval: float) -> None:
         self.world, self.interval = world, interval
         self.done, self.finished = 0, False
+        self.wake = threading.Event()  # set when this rank is done: no waiting out the interval at the end
         self.bar = tqdm(total=total, desc="encode-corpus", unit="row", disable=not show or world.rank != 0)
         self.thread: threading.Thread | None = None
         if world.size > 1:
@@ -394,6 +519,7 @@ class _Progress:
 
     def finish(self) -> None:
         self.finished = True
+        self.wake.set()
         if self.thread is not None:
             self.thread.join()
         self.bar.close()
@@ -407,7 +533,7 @@ class _Progress:
             self.bar.refresh()
             if int(counts[1]) == self.world.size:
                 return
-            time.sleep(self.interval)
+            self.wake.wait(self.interval)
 
 
 # --------------------------------------------------------------------------- files
@@ -441,24 +567,93 @@ def _shard_name(k: int) -> str:
     return f"shard-{k:05d}.safetensors"
 
 
-def _write_shard(out: Path, k: int, vectors: torch.Tensor, rows: list[int], ids: list[str] | None) -> str:
-    """Write shard ``k`` atomically; its sha256."""
-    from safetensors.torch import save_file
+_ST_NAMES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
 
-    tensors = {"vectors": vectors.contiguous(), "rows": torch.tensor(rows, dtype=torch.int64)}
-    if ids is not None:
-        encoded = [i.encode("utf-8") for i in ids]
-        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        tensors["ids_utf8"] = torch.from_numpy(blob.copy())  # (total bytes,) the ids' UTF-8, back to back
-        tensors["ids_offsets"] = torch.tensor(np.cumsum([0, *map(len, encoded)]), dtype=torch.int64)  # (n + 1,)
-    digest: list[str] = []
 
-    def write(tmp: Path) -> None:
-        save_file(tensors, str(tmp), metadata={"nosink_corpus": str(FORMAT), "shard": str(k)})
-        digest.append(_sha256(tmp))
+class _ShardFile:
+    """Shard ``k``'s safetensors file, written while the shard is encoded: vectors go to disk batch by batch.
 
-    _write_atomic(out / _shard_name(k), write)
-    return digest[0]
+    The file's size is known before the first batch (rows, ids and the vectors' shape), so the header, the
+    rows and the ids are written first, under a temporary name, and each batch's vectors are written in
+    place (:meth:`put`); the process never holds more vectors than one batch. :meth:`seal` flushes the file
+    to disk, takes its sha256 and renames it, so a reader sees a whole shard or none.
+    """
+
+    def __init__(self, out: Path, k: int, n: int, dimension: int, dtype: torch.dtype, rows: list[int],
+                 ids: list[str] | None) -> None:  # fmt: skip
+        self.k, self.target = k, out / _shard_name(k)
+        self.tmp = self.target.with_name(f".{self.target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        self.row_bytes = dimension * torch.empty((), dtype=dtype).element_size()
+        blobs: list[tuple[str, str, list[int], bytes | None]] = [
+            ("rows", "I64", [n], np.asarray(rows, np.int64).tobytes())
+        ]
+        if ids is not None:
+            encoded = [i.encode("utf-8") for i in ids]
+            offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int64)  # (n + 1,)
+            blobs.append(("ids_offsets", "I64", [n + 1], offsets.tobytes()))
+        blobs.append(("vectors", _ST_NAMES[dtype], [n, dimension], None))  # written batch by batch
+        if ids is not None:
+            blob = b"".join(encoded)  # the ids' UTF-8, back to back
+            blobs.append(("ids_utf8", "U8", [len(blob)], blob))
+        header: dict[str, Any] = {"__metadata__": {"nosink_corpus": str(FORMAT), "shard": str(k)}}
+        start = 0
+        for name, kind, shape, data in blobs:
+            size = len(data) if data is not None else n * self.row_bytes
+            header[name] = {"dtype": kind, "shape": shape, "data_offsets": [start, start + size]}
+            start += size
+        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+        self.data_start = 8 + len(raw)
+        self.vectors_start = self.data_start + header["vectors"]["data_offsets"][0]
+        self.fh = self.tmp.open("wb")
+        try:
+            self.fh.write(len(raw).to_bytes(8, "little") + raw)
+            for name, _, _, data in blobs:
+                if data is not None:
+                    self.fh.seek(self.data_start + header[name]["data_offsets"][0])
+                    self.fh.write(data)
+            self.fh.truncate(self.data_start + start)  # the full size, vectors still zeros
+            self.fh.flush()
+        except BaseException:
+            self.discard()
+            raise
+
+    def put(self, positions: Sequence[int], vectors: torch.Tensor) -> None:
+        """Write ``vectors`` (B, D), CPU, the shard's dtype, as the shard's rows ``positions``."""
+        data = vectors.contiguous().view(torch.int8).numpy() if vectors.numel() else None  # (B, D * bytes)
+        if data is None:
+            return
+        fd = self.fh.fileno()
+        for position, row in zip(positions, data, strict=True):
+            os.pwrite(fd, row.data, self.vectors_start + position * self.row_bytes)
+
+    def seal(self) -> str:
+        """Flush the file to disk and give it its name; its sha256."""
+        try:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            digest = _sha256(self.tmp)
+            os.replace(self.tmp, self.target)
+            return digest
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (a sealed shard is already renamed)."""
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _open_shard(out: Path, k: int, n: int, dimension: int, dtype: torch.dtype, rows: list[int],
+                ids: list[str] | None) -> _ShardFile:  # fmt: skip
+    """Start shard ``k``'s file (see :class:`_ShardFile`)."""
+    return _ShardFile(out, k, n, dimension, dtype, rows, ids)
+
+
+def _seal_shard(shard: _ShardFile) -> str:
+    """Finish shard ``shard.k``'s file (on the writer thread); its sha256."""
+    return shard.seal()
 
 
 def _done_shard(out: Path, k: int, config_sha: str) -> dict[str, Any] | None:
@@ -541,7 +736,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
     """On rank 0: refuse a folder made with other arguments; else write ``run.json`` (new) or drop the manifest (rerun).
 
-    The manifest exists only while the folder holds a finished run: a rerun removes it first.
+    The manifest exists only while the folder holds a finished run: a rerun removes it first. A folder
+    whose run stopped before writing any shard (a bad row or a repeated id in the input, say) takes new
+    arguments, so that a fixed input can be encoded into it.
 
     Raises:
         ValueError: for a folder of another run, or a non-empty folder that is not a corpus folder.
@@ -554,6 +751,10 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
             problem = printable(str(err))
             raise ValueError(f"{printable(str(run_file))} is unreadable ({problem}); use a new folder") from None
         diff = _differences(old, config) if isinstance(old, dict) else ["run.json is not a JSON object"]
+        if diff and not any(out.glob("shard-*")):  # stopped before its first shard (a bad row, a repeated id)
+            logger.info("%s holds no shard yet: starting it again with the new arguments (%s)", out, "; ".join(diff))
+            _write_json(run_file, config)
+            return
         if diff:
             raise ValueError(
                 f"{printable(str(out))} holds a corpus encoded with other arguments ({'; '.join(diff)}): "
@@ -570,37 +771,61 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
     _write_json(run_file, config)
 
 
-def _encode_rows(
-    encoder: Any,
-    rows: list[_Row],
-    *,
-    instruction: str | None,
-    pooling: str,
-    normalize: bool,
-    dtype: torch.dtype,
-    batch_size: int,
-    max_length: int,
-    progress: _Progress,
-) -> tuple[torch.Tensor, list[_Row], int, int]:
-    """Encode good rows (sorted by length within the shard): ``(vectors in row order, bad rows, tokens, truncated)``."""
-    tokens = _texts.tokenize(
-        encoder.tokenizer, [r.text or "" for r in rows], instruction, sink=encoder.sink_ids(), max_length=max_length
-    )
+@dataclass
+class _Shard:
+    """One shard's rows as read and tokenized (on the reader thread), ready for the model."""
+
+    k: int
+    rows: list[_Row]  # every row of the shard, in input order
+    good: list[_Row]  # the rows without a problem so far
+    tokens: Any  # _texts.Tokenized of good
+
+
+def _read_shards(job: _Job, todo: Sequence[int]) -> Iterator[_Shard]:
+    """The shards ``todo`` read from the input and tokenized (the CPU work, done ahead on a thread)."""
+    for k, rows in _shards_of(job.source, job.fmt, job.shard_rows, todo, job.text_field, job.id_field):
+        good = [r for r in rows if r.problem is None]
+        tokens = _texts.tokenize(
+            job.encoder.tokenizer, [r.text or "" for r in good], job.instruction, sink=job.encoder.sink_ids(),
+            max_length=job.max_length,
+        )  # fmt: skip
+        yield _Shard(k, rows, good, tokens)
+
+
+def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], int, int]:
+    """Encode a shard's good rows (sorted by length) into its file: ``(the file, bad rows, tokens, truncated)``.
+
+    The file is open (not sealed) when this returns; the vectors are in it, in row order.
+
+    Raises:
+        BadRowError: for the first text without tokens, unless bad rows are skipped.
+    """
+    rows, tokens = shard.good, shard.tokens
     empty = set(tokens.empty)
     for i in sorted(empty):
         rows[i].problem = "the text has no tokens"
+    if empty and job.on_bad_row == "error":
+        first = rows[min(empty)]
+        raise BadRowError(str(job.source), first.row, first.line, first.problem or "")
     keep = [i for i in range(len(rows)) if i not in empty]
-    vectors = torch.empty(len(keep), int(encoder.config.hidden_size), dtype=dtype)  # (n, D) in row order
-    lengths = tokens.lengths
-    for group in _texts.batches([lengths[i] for i in keep], batch_size):
-        idx = [keep[j] for j in group]
-        pooled = encoder.encode_tokens(tokens, idx, pooling=pooling)[encoder.plan.name]  # (B, D) float32, as encode()
-        if normalize:
-            pooled = torch.nn.functional.normalize(pooled, dim=-1)
-        vectors[group] = pooled.to(dtype)
-        progress.add(len(idx))
+    ids = [rows[i].id or "" for i in keep] if job.id_field is not None else None
+    encoder = job.encoder
+    file = _open_shard(job.out, shard.k, len(keep), int(encoder.config.hidden_size), job.dtype,
+                       [rows[i].row for i in keep], ids)  # fmt: skip
+    try:
+        lengths = tokens.lengths
+        for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
+            idx = [keep[j] for j in group]
+            pooled = encoder.encode_tokens(tokens, idx, pooling=job.pooling)[encoder.plan.name]  # (B, D) float32
+            if job.normalize:
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+            file.put(group, pooled.to(job.dtype))  # group: the rows' places among the kept rows
+            progress.add(len(idx))
+    except BaseException:
+        file.discard()
+        raise
     n_tokens = sum(lengths[i] for i in keep)
-    return vectors, [rows[i] for i in sorted(empty)], n_tokens, len(set(tokens.truncated) - empty)
+    return file, [rows[i] for i in sorted(empty)], n_tokens, len(set(tokens.truncated) - empty)
 
 
 def encode_corpus(
@@ -642,7 +867,7 @@ def encode_corpus(
         input_path: the corpus file.
         out_dir: the corpus folder: new, empty, or one this call wrote before with the same arguments.
         text_field: the text's field or column (jsonl, parquet).
-        id_field: a field or column of row ids to keep beside the vectors (strings or integers).
+        id_field: a field or column of row ids to keep beside the vectors (strings or integers, unique).
         instruction: a prompt put before every text (not pooled), as in ``encode()``.
         pooling: ``mean``, ``weighted_mean``, ``last`` or ``first``.
         normalize: L2-normalise the vectors.
@@ -661,7 +886,8 @@ def encode_corpus(
     Raises:
         ValueError: for bad arguments, an input of unknown suffix or without the parquet columns, a folder
             that holds another run (other arguments) or other files; :class:`BadRowError` for a bad row
-            when ``on_bad_row="error"``.
+            when ``on_bad_row="error"``; :class:`DuplicateIdError` (before any encoding) if two rows have
+            the same id.
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
     """
@@ -710,10 +936,9 @@ def encode_corpus(
                 reused.append(record)
                 progress.add(record["end_row"] - record["first_row"])
         loop_start = time.perf_counter()
-        written = [
-            _encode_shard(job, k, rows, n_rows, config_sha, progress)
-            for k, rows in _shards_of(source_path, fmt, shard_rows, todo, text_field, id_field)
-        ]
+        if id_field is not None:
+            _check_unique_ids(job, world, (n_rows + shard_rows - 1) // shard_rows)
+        written = _encode_shards(job, todo, n_rows, config_sha, progress)
         seconds = time.perf_counter() - loop_start
         progress.finish()
         mine_summary = RankSummary(
@@ -783,31 +1008,30 @@ def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
     return config
 
 
-def _encode_shard(
-    job: _Job, k: int, rows: list[_Row], n_rows: int, config_sha: str, progress: _Progress
-) -> dict[str, Any]:
-    """Encode and write shard ``k`` (rows read from the input), then its record; the record.
+def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], list[_Row], int, int]:
+    """Encode shard ``k`` into its (unsealed) file: ``(file, good rows, bad rows, tokens, truncated)``.
 
     Raises:
         BadRowError: for the first bad row, unless bad rows are skipped.
     """
-    _clean_tmp(job.out, k)
-    bad = [r for r in rows if r.problem is not None]
+    bad = [r for r in shard.rows if r.problem is not None]
     if bad and job.on_bad_row == "error":
         raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
     progress.add(len(bad))
-    good = [r for r in rows if r.problem is None]
-    vectors, no_tokens, n_tokens, cut = _encode_rows(
-        job.encoder, good, instruction=job.instruction, pooling=job.pooling, normalize=job.normalize,
-        dtype=job.dtype, batch_size=job.batch_size, max_length=job.max_length, progress=progress,
-    )  # fmt: skip
-    if no_tokens and job.on_bad_row == "error":
-        raise BadRowError(str(job.source), no_tokens[0].row, no_tokens[0].line, no_tokens[0].problem or "")
+    _clean_tmp(job.out, shard.k)  # left by a run killed while writing this shard
+    file, no_tokens, n_tokens, cut = _encode_rows(job, shard, progress)
     progress.add(len(no_tokens))
-    bad = sorted(bad + no_tokens, key=lambda r: r.row)
-    good = [r for r in good if r.problem is None]
-    ids = [r.id or "" for r in good] if job.id_field is not None else None
-    sha = _write_shard(job.out, k, vectors, [r.row for r in good], ids)
+    good = [r for r in shard.good if r.problem is None]
+    return file, good, sorted(bad + no_tokens, key=lambda r: r.row), n_tokens, cut
+
+
+def _store_shard(
+    job: _Job, file: _ShardFile, good: list[_Row], bad: list[_Row], n_tokens: int, cut: int, n_rows: int,
+    config_sha: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Seal shard ``k``'s file and then write its record (on the writer thread); the record."""
+    k = file.k
+    sha = _seal_shard(file)
     record = {
         "shard": k,
         "file": _shard_name(k),
@@ -826,6 +1050,39 @@ def _encode_shard(
         more = ", ..." if len(bad) > 5 else ""
         logger.warning("shard %d: skipped %d bad rows (%s%s)", k, len(bad), lines, more)
     return record
+
+
+def _encode_shards(
+    job: _Job, todo: Sequence[int], n_rows: int, config_sha: str, progress: _Progress
+) -> list[dict[str, Any]]:
+    """Encode and write the shards ``todo``; their records.
+
+    Three things overlap: the reader thread reads and tokenizes shard ``k + 1``, this thread runs shard
+    ``k`` through the model (writing each batch's vectors into the shard's file), and the writer thread
+    seals shard ``k - 1`` (flush to disk, sha256, rename, record). An error anywhere stops the run after
+    the seal in progress is finished.
+    """
+    records: list[dict[str, Any]] = []
+    pending: Future[dict[str, Any]] | None = None
+    reader = _Prefetch(_read_shards(job, todo), "nosink-corpus-reader")
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="nosink-corpus-writer") as writer:
+            for shard in reader:
+                encoded = _encode_shard(job, shard, progress)
+                del shard  # its texts and tokens
+                try:
+                    if pending is not None:
+                        records.append(pending.result())
+                except BaseException:
+                    encoded[0].discard()
+                    raise
+                pending = writer.submit(_store_shard, job, *encoded, n_rows, config_sha)
+                del encoded
+            if pending is not None:
+                records.append(pending.result())
+    finally:
+        reader.close()
+    return records
 
 
 def _finish(out: Path, config: dict[str, Any], gathered: list[Any], world: _World, started: float) -> CorpusSummary:
@@ -907,7 +1164,10 @@ class ShardedMatrix:
                 raise IndexError(f"row {key} is out of range for {self.shape[0]} rows")
             s = int(np.searchsorted(self.offsets, i, side="right")) - 1
             return self._convert(self.parts[s][i - self.offsets[s]])[cols]
-        index = np.arange(self.shape[0])[key]  # slices, lists, arrays and masks, numpy's way
+        if isinstance(key, slice):  # without an index of every row
+            index = np.arange(*key.indices(self.shape[0]))
+        else:
+            index = np.arange(self.shape[0])[key]  # lists, arrays and masks, numpy's way
         out = np.empty((len(index), self.shape[1]), dtype=self.dtype)
         which = np.searchsorted(self.offsets, index, side="right") - 1
         for s in np.unique(which):
@@ -920,6 +1180,54 @@ class ShardedMatrix:
         return full.astype(dtype) if dtype is not None else full
 
 
+class CorpusIds(Sequence[str]):
+    """The ids of a corpus folder in input order, read from the memory-mapped shards when asked for.
+
+    A sequence of strings (``ids[5]``, ``ids[:3]``, ``list(ids)``, ``"doc-7" in ids``): only the ids asked
+    for are decoded, so the ids of a corpus larger than memory cost 8 bytes a row (their offsets) until read.
+    Equal to a list or tuple of the same strings.
+    """
+
+    def __init__(self, parts: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.parts = parts  # per shard: (UTF-8 bytes, offsets (n + 1,)), both memory-mapped
+        self.starts = np.cumsum([0, *(len(offsets) - 1 for _, offsets in parts)])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _one(self, i: int) -> str:
+        s = int(np.searchsorted(self.starts, i, side="right")) - 1
+        blob, offsets = self.parts[s]
+        j = i - int(self.starts[s])
+        return bytes(blob[int(offsets[j]) : int(offsets[j + 1])]).decode("utf-8")
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            return [self._one(i) for i in range(*key.indices(len(self)))]
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (len(self) if key < 0 else 0)
+            if not 0 <= i < len(self):
+                raise IndexError(f"id {key} is out of range for {len(self)} ids")
+            return self._one(i)
+        raise TypeError(f"ids are indexed by an integer or a slice, not {type(key).__name__}")
+
+    def __iter__(self) -> Iterator[str]:
+        for blob, offsets in self.parts:
+            data = bytes(blob)  # one shard's ids at a time
+            yield from (data[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets.tolist()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (CorpusIds, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(i) for i in self[:3])
+        return f"CorpusIds([{head}{', ...' if len(self) > 3 else ''}], {len(self)} ids)"
+
+
 @dataclass(frozen=True)
 class CorpusEmbeddings:
     """A corpus folder read back, in input order.
@@ -927,30 +1235,35 @@ class CorpusEmbeddings:
     Attributes:
         vectors: ``(n, dimension)`` matrix, memory-mapped (:class:`ShardedMatrix`).
         rows: ``(n,)`` int64, each vector's row in the input (skipped bad rows are missing).
-        ids: each vector's id (the ``id_field`` values as strings), or ``None`` if no id field was given.
+        ids: each vector's id (the ``id_field`` values as strings, read lazily: :class:`CorpusIds`), or ``None``
+            if no id field was given.
         manifest: the folder's ``manifest.json``.
     """
 
     vectors: ShardedMatrix
     rows: np.ndarray
-    ids: list[str] | None
+    ids: CorpusIds | None
     manifest: dict[str, Any]
 
     def __len__(self) -> int:
         return len(self.rows)
 
 
-def _memmap_vectors(path: Path) -> tuple[np.ndarray, str]:
+def _memmap_tensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
+    """Every tensor of a safetensors file, memory-mapped (nothing is read yet), with its safetensors dtype."""
     with path.open("rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         header = json.loads(fh.read(n))
-    info = header["vectors"]
-    shape = tuple(info["shape"])
-    start, end = info["data_offsets"]
-    numpy_dtype = _ST_DTYPES[info["dtype"]]
-    if end == start:
-        return np.empty(shape, dtype=numpy_dtype), info["dtype"]
-    return np.memmap(path, dtype=numpy_dtype, mode="r", offset=8 + n + start, shape=shape), info["dtype"]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        shape, (start, end), numpy_dtype = tuple(info["shape"]), info["data_offsets"], _ST_DTYPES[info["dtype"]]
+        if end == start:
+            out[name] = np.empty(shape, dtype=numpy_dtype), info["dtype"]
+        else:
+            out[name] = np.memmap(path, numpy_dtype, mode="r", offset=8 + n + start, shape=shape), info["dtype"]
+    return out
 
 
 def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = True) -> CorpusEmbeddings:
@@ -965,8 +1278,6 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
         OSError: if a shard is corrupt (checksum, shape or rows that disagree with the manifest), or the
             manifest is unreadable or of a newer format.
     """
-    from safetensors import safe_open
-
     root = Path(os.path.expanduser(os.fspath(folder)))
     manifest_file = root / MANIFEST
     if not manifest_file.is_file():
@@ -981,8 +1292,13 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
         found = printable(repr(manifest.get("format")))
         raise OSError(f"{printable(str(manifest_file))} has format {found}; this version of nosink reads {FORMAT}")
     redo = "; run the same encode-corpus command again to redo it"
-    parts, rows, ids, kinds = [], [], [] if manifest.get("id_field") else None, set()
-    expected_start = 0
+    try:
+        all_rows = np.empty(sum(int(entry["rows"]) for entry in shards), dtype=np.int64)  # 8 bytes a row
+    except (KeyError, TypeError, ValueError) as err:
+        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
+    parts: list[np.ndarray] = []
+    id_parts: list[tuple[np.ndarray, np.ndarray]] | None = [] if manifest.get("id_field") else None
+    kinds, expected_start, filled = set(), 0, 0
     for entry in shards:
         path = root / entry["file"]
         if not path.is_file():
@@ -993,13 +1309,14 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
         if verify and _sha256(path) != entry["sha256"]:
             raise OSError(f"shard {printable(entry['file'])} is corrupt: its sha256 differs from the manifest{redo}")
         try:
-            matrix, kind = _memmap_vectors(path)
-            with safe_open(str(path), framework="numpy") as f:
-                shard_rows = f.get_tensor("rows")
-                if ids is not None:
-                    blob, offsets = f.get_tensor("ids_utf8").tobytes(), f.get_tensor("ids_offsets")
-                    ids.extend(blob[a:b].decode("utf-8") for a, b in itertools.pairwise(offsets))
-        except Exception as err:  # safetensors raises its own error types for damaged files
+            tensors = _memmap_tensors(path)
+            (matrix, kind), (shard_rows, _) = tensors["vectors"], tensors["rows"]
+            if id_parts is not None:
+                blob, offsets = tensors["ids_utf8"][0], tensors["ids_offsets"][0]
+                if len(offsets) != len(shard_rows) + 1 or offsets[0] != 0 or offsets[-1] != len(blob):
+                    raise ValueError("its ids do not match its rows")
+                id_parts.append((blob, offsets))
+        except Exception as err:  # a damaged header, a missing tensor, a file shorter than its header says
             raise OSError(f"shard {printable(entry['file'])} is unreadable ({printable(str(err))}){redo}") from None
         if matrix.shape != (entry["rows"], dimension) or len(shard_rows) != entry["rows"]:
             shape = (entry["rows"], dimension)
@@ -1008,7 +1325,8 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
                                 or np.any(np.diff(shard_rows) <= 0)):  # fmt: skip
             raise OSError(f"shard {printable(entry['file'])} has rows outside its range or out of order{redo}")
         parts.append(matrix)
-        rows.append(shard_rows)
+        all_rows[filled : filled + len(shard_rows)] = shard_rows
+        filled += len(shard_rows)
         kinds.add(kind)
     if expected_start != manifest["rows"]:
         raise OSError(f"the manifest's shards cover {expected_start} of {manifest['rows']} input rows")
@@ -1016,5 +1334,4 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
     if kinds - {stored}:
         raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest.get('dtype')}")
     vectors = ShardedMatrix(parts, dimension, manifest["dtype"])
-    all_rows = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-    return CorpusEmbeddings(vectors, all_rows.astype(np.int64), ids, manifest)
+    return CorpusEmbeddings(vectors, all_rows, CorpusIds(id_parts) if id_parts is not None else None, manifest)

@@ -398,7 +398,7 @@ def _add_encode_corpus(sub: Any) -> None:
     c.add_argument("--input", type=Path, required=True, help="the corpus: .txt, .jsonl/.ndjson or .parquet")
     c.add_argument("--out", type=Path, required=True, help="output folder (new, empty, or an earlier run's)")
     c.add_argument("--text-field", default="text", help="the text's field or column (jsonl, parquet)")
-    c.add_argument("--id-field", help="a field or column of ids to keep with the vectors")
+    c.add_argument("--id-field", help="a field or column of ids to keep with the vectors (must be unique)")
     c.add_argument("--instruction", help="prompt put before every text (not pooled)")
     c.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
     c.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")

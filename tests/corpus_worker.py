@@ -3,7 +3,8 @@
     python tests/corpus_worker.py '{"model": ..., "input": ..., "out": ..., "kwargs": {...}}'
 
 ``CORPUS_KILL_RANK=r`` and ``CORPUS_KILL_AFTER=k`` make rank r die (``os._exit``, no cleanup) when it
-starts its (k+1)-th shard, leaving a half-written temporary file behind, as a kill mid-write would.
+starts to seal its (k+1)-th shard: that shard's file is left complete but under its temporary name, as
+a kill mid-write would leave it.
 Rank 0 writes the summary to ``<out>.summary.json``.
 """
 
@@ -20,16 +21,15 @@ def _inject_kill() -> None:
     rank, after = os.environ.get("CORPUS_KILL_RANK"), os.environ.get("CORPUS_KILL_AFTER")
     if rank is None or int(os.environ.get("RANK", "0")) != int(rank):
         return
-    write, done = corpus._write_shard, []
+    seal, done = corpus._seal_shard, []
 
-    def dying_write(out, k, *args, **kwargs):
+    def dying_seal(shard):
         if len(done) == int(after):
-            (out / f".{corpus._shard_name(k)}.deadbeef.tmp").write_bytes(b"half a shard")
             os._exit(9)
-        done.append(k)
-        return write(out, k, *args, **kwargs)
+        done.append(shard.k)
+        return seal(shard)
 
-    corpus._write_shard = dying_write
+    corpus._seal_shard = dying_seal
 
 
 def main() -> None:

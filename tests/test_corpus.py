@@ -1,14 +1,20 @@
 """Corpus encoding: torchrun ranks give encode()'s vectors in input order, resume after a kill, refuse mixing."""
 
+import gc
 import json
 import os
 import random
 import subprocess
 import sys
+import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import transformers as tf
+from safetensors.torch import load_file
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, load_corpus_embeddings
@@ -213,6 +219,9 @@ def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch)
                       shard_rows=16, show_progress=False)  # fmt: skip
         got = load_corpus_embeddings(out)
         assert got.ids == [str(i) for i in range(100, 150)] and got.manifest["dtype"] == dtype
+        stored = load_file(str(out / "shard-00001.safetensors"))  # a plain safetensors file, for any reader
+        assert stored["rows"].tolist() == list(range(16, 32))
+        np.testing.assert_array_equal(stored["vectors"].float().numpy(), got.vectors[16:32])
         np.testing.assert_allclose(got.vectors[:], expected, atol=tol, rtol=tol)
     with pytest.raises(ValueError, match="no column 'text'"):
         encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "x", show_progress=False)
@@ -261,3 +270,186 @@ def test_command_line(model, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*args, "--batch-size", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+
+
+def _write_ids(path, ids, seed=0):
+    texts = _texts(len(ids), seed=seed)
+    path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(ids, texts, strict=True)))
+    return texts
+
+
+def test_a_repeated_id_is_refused_with_both_lines_before_any_shard(encoder, tmp_path):
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(60)] + ["d12"] + [7, "7"])  # 7 and "7" are both stored as "7"
+    with pytest.raises(corpus.DuplicateIdError, match=r"c\.jsonl: id 'd12' is on lines 13 and 61; ids must be uniq"):
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert not list((tmp_path / "out").glob("shard-*"))  # refused before the model ran
+    _write_ids(source, [f"d{i}" for i in range(60)] + [7, "7"])
+    with pytest.raises(corpus.DuplicateIdError, match="id '7' is on lines 61 and 62") as err:
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert err.value.id == "7" and err.value.rows == (60, 61) and err.value.lines == (61, 62)
+    done = encode_corpus(encoder, source, tmp_path / "out", shard_rows=16, show_progress=False)  # ids left out
+    assert done.encoded == 62
+
+
+def test_equal_id_hashes_without_a_repeated_id_are_not_refused(encoder, tmp_path, monkeypatch):
+    """Only the hashes are pooled; a collision makes the check read the ids again, and it finds no repeat."""
+    monkeypatch.setattr(corpus, "_id_hash", lambda id_: len(id_))  # "d10" ... "d99" all collide
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(100)])
+    encode_corpus(encoder, source, tmp_path / "out", id_field="id", shard_rows=16, show_progress=False)
+    assert load_corpus_embeddings(tmp_path / "out").ids == [f"d{i}" for i in range(100)]
+
+
+def test_repeated_ids_in_the_shards_of_two_ranks_stop_both(model, tmp_path):
+    source = tmp_path / "c.jsonl"
+    _write_ids(source, [f"d{i}" for i in range(60)] + ["d3"] + [f"e{i}" for i in range(10)])  # shards 0 and 1
+    done = _torchrun(model, source, tmp_path / "out", text_field="text", id_field="id", shard_rows=37)
+    assert done.returncode != 0
+    assert done.stderr.count("id 'd3' is on lines 4 and 61") >= 2, done.stderr[-4000:]  # each rank says why
+    assert not list((tmp_path / "out").glob("shard-*"))
+
+
+def test_parquet_ids_are_checked_too(encoder, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": _texts(10), "pid": [1, 2, 3, 4, 5, 6, 3, 8, 9, 10]}), tmp_path / "c.parquet")
+    with pytest.raises(corpus.DuplicateIdError, match="id '3' is on rows 2 and 6"):
+        encode_corpus(encoder, tmp_path / "c.parquet", tmp_path / "out", id_field="pid", show_progress=False)
+
+
+def _traced_peak(run):
+    """The peak of Python and numpy allocations (tracemalloc) while ``run()`` runs, above what was live before."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        run()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def _live_tensor_bytes():
+    """Bytes of every CPU tensor alive (tensors are gc-tracked objects; each storage counted once)."""
+    seen, total = set(), 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # isinstance() on some lazy module objects warns
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+                storage = obj.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
+
+
+def test_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch):
+    """10x the rows, the same peak: a rank holds a batch of vectors (they go to the shard file), never all.
+
+    Two measurements, each over a run of N and of 10 N rows: the peak of Python and numpy allocations
+    (tracemalloc: rows, texts, ids, tokens, records) and the peak of live torch tensors (weights and
+    batches), sampled at every batch. A run patched to keep a copy of every batch (the control) must fail both.
+    """
+    config = tf.LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    wide = EncoderFromDecoder(tf.AutoModel.from_config(config).eval(), SPEC, tiny_tokenizer())
+    n, kwargs = 300, {"id_field": "id", "shard_rows": 100, "batch_size": 50, "show_progress": False}
+    tensor_peaks, put = [], corpus._ShardFile.put
+
+    def sampling_put(self, positions, vectors):
+        tensor_peaks[-1] = max(tensor_peaks[-1], _live_tensor_bytes())
+        put(self, positions, vectors)
+
+    monkeypatch.setattr(corpus._ShardFile, "put", sampling_put)
+
+    def peaks(rows, name):
+        source = tmp_path / f"{name}.jsonl"
+        _write_ids(source, [f"doc-{i}" for i in range(rows)])
+        tensor_peaks.append(0)
+        encode_corpus(wide, source, tmp_path / f"{name}-sampled", **kwargs)
+        with monkeypatch.context() as unsampled:
+            unsampled.setattr(corpus._ShardFile, "put", put)
+            encoding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / name, **kwargs))
+        reading = _traced_peak(lambda: load_corpus_embeddings(tmp_path / name))
+        return encoding, reading, tensor_peaks[-1]
+
+    peaks(20, "warm-up")  # imports, caches
+    small, large = peaks(n, "small"), peaks(10 * n, "large")
+    extra_vectors = 9 * n * 256 * 4  # what keeping the extra rows' float32 vectors would take
+    assert large[0] - small[0] < extra_vectors / 4, (small, large)
+    assert large[1] - small[1] < extra_vectors / 10, (small, large)  # reading maps the vectors, reads none
+    assert large[2] - small[2] < extra_vectors / 4, (small, large)
+
+    kept = []
+
+    def hoarding_put(self, positions, vectors):
+        kept.append((vectors.clone(), vectors.numpy().copy()))  # a torch and a numpy copy
+        sampling_put(self, positions, vectors)
+
+    monkeypatch.setattr(corpus._ShardFile, "put", hoarding_put)
+    tensor_peaks.append(0)
+    source = tmp_path / "large.jsonl"
+    hoarding = _traced_peak(lambda: encode_corpus(wide, source, tmp_path / "hoarding", **kwargs))
+    assert hoarding - small[0] > extra_vectors / 4 and tensor_peaks[-1] - small[2] > extra_vectors / 4  # caught
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_of_torchrun_give_the_vectors_of_one_encode_call(model, jsonl, reference, tmp_path):
+    """The several-hosts launch (--nnodes 2, c10d rendezvous), both node ranks on this machine, over gloo."""
+    job = json.dumps({"model": model, "input": str(jsonl[0]), "out": str(tmp_path / "out"), "kwargs": JOB})
+    endpoint = f"127.0.0.1:{_free_port()}"
+    environ = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "corpus-test"]
+    pipes = {"env": environ, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    nodes = [subprocess.Popen([*launch, "--node-rank", str(n), *rendezvous, str(WORKER), job], **pipes) for n in (0, 1)]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    result = _check_complete(tmp_path / "out", reference, 300)
+    assert result.manifest["world_size"] == 2
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert [r["shards_written"] for r in summary["ranks"]] == [5, 4] and summary["texts"] == 300
+
+
+def test_errors_on_the_reader_and_writer_threads_stop_the_run_after_the_write_in_progress(
+    encoder, jsonl, reference, tmp_path, monkeypatch
+):
+    tokenize, calls = corpus._texts.tokenize, []
+
+    def failing_tokenize(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("tokenizer broke")
+        return tokenize(*args, **kwargs)
+
+    monkeypatch.setattr(corpus._texts, "tokenize", failing_tokenize)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="tokenizer broke"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert sorted(p.name for p in out.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
+    monkeypatch.setattr(corpus._texts, "tokenize", tokenize)
+
+    seal = corpus._seal_shard
+
+    def failing_seal(shard):
+        if shard.k == 4:
+            shard.discard()
+            raise OSError("disk full")
+        return seal(shard)
+
+    monkeypatch.setattr(corpus, "_seal_shard", failing_seal)
+    with pytest.raises(OSError, match="disk full"):
+        encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert len(list(out.glob("shard-*.json"))) == 4  # shards 2 and 3 were added, 4 failed, the run stopped
+    monkeypatch.setattr(corpus, "_seal_shard", seal)
+    summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
+    assert summary.ranks[0].shards_reused == 4
+    _check_complete(out, reference, 300)
