@@ -116,7 +116,7 @@ class Layout:
             flat = inside.flatten().nonzero().squeeze(-1)  # (N,)
             cu = torch.zeros(lengths.shape[0] + 1, dtype=torch.int32, device=lengths.device)
             cu[1:] = lengths.cumsum(0)
-            self._cache[start] = (flat, cu, max(int(lengths.max()), 1))
+            self._cache[start] = (flat, cu, max(self.max_length - start, 1))  # no host sync
         return self._cache[start]
 
 
