@@ -68,7 +68,7 @@ def syncs(device: str) -> None:
     """Host-device synchronisations inside the layer loop (after the batch is prepared), per route."""
     import warnings
 
-    model = tiny_decoder("qwen2", dtype=torch.bfloat16).to(device)
+    model = tiny_decoder("llama", dtype=torch.bfloat16).to(device)  # no sliding window: every padded batch packs
     counts: dict[str, int] = {}
     original = EncoderFromDecoder._run
 
@@ -88,7 +88,7 @@ def syncs(device: str) -> None:
         ids = torch.randint(3, 96, (4, 64), device=device)
         mask = torch.ones(4, 64, dtype=torch.long, device=device)
         mask[1, 40:], mask[2, 10:] = 0, 0
-        print("host-device syncs inside the layer loop (bf16, qwen2 tiny, 4 x 64 tokens):")
+        print("host-device syncs inside the layer loop (bf16, llama tiny, 4 x 64 tokens):")
         for spec in ["F*", "F* | M0B*2", "F* | R*2", "M2F* | B", "F* | INTER(M1B*2)"]:
             row = []
             for label, m, pack in [("unpadded", torch.ones_like(mask), None), ("padded", mask, False),

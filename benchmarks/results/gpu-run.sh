@@ -31,6 +31,6 @@ $B --streams --archs llama3-8b-8l qwen2.5-0.5b --shapes 512x32 2048x8 --repeats 
 echo "streams: $((SECONDS - t0)) s"
 $B --fast-vs-dense --repeats 5 --batches 2 --markdown "$OUT/fast-vs-dense.md" 2>&1 | tee "$OUT/fast-vs-dense.log"
 echo "fast-vs-dense: $((SECONDS - t0)) s"
-$B --compiled --compile-archs qwen2.5-0.5b --compile-shapes 512x32 2048x8 --repeats 5 --batches 2 2>&1 \
+timeout 240 $B --compiled --compile-archs qwen2.5-0.5b --compile-shapes 512x32 2048x8 --repeats 5 --batches 2 2>&1 \
     | tee "$OUT/compiled.md"
 echo "total: $((SECONDS - t0)) s"
