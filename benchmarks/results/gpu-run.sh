@@ -11,7 +11,7 @@ set -euo pipefail
 SRC=$(cd "${SRC:-.gpu}" && pwd)
 OUT=${OUT:-/tmp/gpu-run-out}
 mkdir -p "$OUT"
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} PYTHONUNBUFFERED=1
 rm -rf /tmp/pkg && mkdir -p /tmp/pkg
 cp -r "$SRC/nosink" /tmp/pkg/nosink
 for d in layerspec models evals; do cp -r "$SRC/$d" "/tmp/pkg/nosink/$d"; done
