@@ -379,19 +379,30 @@ def _varlen_kernel(
             kwargs["is_causal"] = True
         else:
             raise TypeError("this torch's varlen_attn takes neither window_size nor is_causal")
-    heads = q.shape[1]
-    if heads != k.shape[1]:
-        if "enable_gqa" in params:
-            kwargs["enable_gqa"] = True
-        else:
-            k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))
     if scale is not None:
         if "scale" in params:
             kwargs["scale"] = scale
         else:
             q = q * (scale * q.shape[-1] ** 0.5)
     longest = max(segments.max_length, 1)
+    heads = q.shape[1]
+    if heads != k.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        elif _NATIVE_GQA:
+            # torch 2.11's varlen_attn has no enable_gqa, but its flash kernel takes fewer key/value heads
+            # as they are (on an H100: the same output as repeated heads, to the bit); a build that refuses
+            # them is asked with repeated heads from then on.
+            try:
+                return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+            except RuntimeError:
+                _NATIVE_GQA.clear()
+        if "enable_gqa" not in kwargs:
+            k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))
     return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+
+
+_NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value heads than query heads
 
 
 def _route(

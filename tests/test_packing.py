@@ -10,6 +10,7 @@ hold zeros.
 """
 
 import functools
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -236,3 +237,31 @@ def test_when_a_batch_packs():
     assert not packs(EncoderFromDecoder(model, "F*", fast_attention=True, pack_padding=True).train(), many)
     with pytest.raises(TypeError, match="pack_padding must be None, True or False"):
         EncoderFromDecoder(model, "F*", pack_padding="yes")
+
+
+def test_the_varlen_kernel_call_takes_fewer_key_heads_or_repeats_them(monkeypatch):
+    # CUDA-only code path, driven here by a stand-in kernel (exact per-segment SDPA) with torch 2.11's signature:
+    # no enable_gqa, causal as window_size. One that refuses fewer key heads gets repeated heads from then on.
+    import nosink.models.attention as attention
+
+    calls = []
+
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), refuse=False):
+        calls.append(k.shape[1])
+        if refuse and k.shape[1] != q.shape[1]:
+            raise RuntimeError("number of heads in key/value must equal the query's")
+        segments = SimpleNamespace(bounds=cu_q.tolist())
+        return attention._varlen_rows(q, k, v, segments, window_size == (-1, 0), scale)
+
+    params = frozenset({"scale", "window_size"})
+    q, k, v = (x[0].transpose(0, 1) for x in qkv(1, 12, heads=4, kv_heads=2))  # (N, h, d)
+    packed = Packed(torch.ones(1, 12, dtype=torch.long))
+    want = attention._varlen_rows(q, k, v, packed.segments(0), True, 0.5)
+    for refuse, expected in ((False, [2]), (True, [2, 4])):
+        monkeypatch.setattr(attention, "_NATIVE_GQA", [True])
+        stand_in = functools.partial(kernel, refuse=refuse)
+        monkeypatch.setattr(attention, "_varlen", lambda stand_in=stand_in: (stand_in, params))
+        calls.clear()
+        got = attention._varlen_kernel(q, k, v, packed.segments(0), True, 0.5)
+        torch.testing.assert_close(got, want, atol=TOL, rtol=0)
+        assert calls == expected and attention._NATIVE_GQA == ([] if refuse else [True])
