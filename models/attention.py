@@ -63,10 +63,10 @@ class Layout:
         self.real = real
         self.lengths = real.sum(-1)  # (B,)
         self.seq = real.shape[-1]
-        bounds = torch.stack([self.lengths.min(), self.lengths.max(), self.lengths.sum()]) if real.numel() else None
-        shortest, longest, total = bounds.tolist() if bounds is not None else (self.seq, self.seq, 0)  # one host sync
+        self.lengths_host: list[int] = self.lengths.tolist()  # one host sync; the layer loop needs none
+        shortest, longest = (min(self.lengths_host), max(self.lengths_host)) if real.numel() else (self.seq, self.seq)
         self.max_length: int = longest
-        self.total: int = total  # real tokens in the batch
+        self.total: int = sum(self.lengths_host)  # real tokens in the batch
         self.padded = shortest < self.seq
         pos = real.long().cumsum(-1) - 1  # (B, T), relative positions of real tokens
         pad_rank = (~real).long().cumsum(-1) - 1  # each padding token's rank among its row's padding
@@ -74,9 +74,15 @@ class Layout:
         # `packed position of each token`: real tokens first in order (or reversed), then padding.
         self._forward_key = torch.where(real, pos, tail)
         self._reverse_key = torch.where(real, self.lengths[:, None] - 1 - pos, tail)
-        arange = torch.arange(self.seq, device=real.device)
-        self.front = bool((self._forward_key == arange).all()) if self.padded else True
         self._cache: dict[Any, Any] = {}
+
+    @property
+    def front(self) -> bool:
+        """Whether every row's real tokens already come first (right padding); worked out on first use."""
+        if "front" not in self._cache:
+            arange = torch.arange(self.seq, device=self.real.device)
+            self._cache["front"] = bool((self._forward_key == arange).all()) if self.padded else True  # a sync
+        return self._cache["front"]
 
     def packing(self, reverse: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(gather, scatter)`` row indices into ``(B * T)`` to the packed layout and back; ``None`` for identity."""
@@ -100,7 +106,9 @@ class Layout:
     def padding_rows(self) -> torch.Tensor:
         """Row indices into ``(B * T)`` of the padding tokens (in the batch's own layout)."""
         if "padding" not in self._cache:
-            self._cache["padding"] = (~self.real).flatten().nonzero().squeeze(-1)
+            # A stable sort puts the padding first, in order; its count is known on the host (nonzero would sync).
+            order = torch.argsort(self.real.flatten().to(torch.uint8), stable=True)
+            self._cache["padding"] = order[: self.real.numel() - self.total]
         return self._cache["padding"]
 
     def _flat(self, index: torch.Tensor) -> torch.Tensor:
@@ -112,10 +120,12 @@ class Layout:
         if start not in self._cache:
             width = self.seq - start
             lengths = (self.lengths - start).clamp(min=0)  # (B,)
-            inside = torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]  # (B, width)
-            flat = inside.flatten().nonzero().squeeze(-1)  # (N,)
+            count = sum(max(n - start, 0) for n in self.lengths_host)  # on the host: no sync
             cu = torch.zeros(lengths.shape[0] + 1, dtype=torch.int32, device=lengths.device)
             cu[1:] = lengths.cumsum(0)
+            rows = torch.repeat_interleave(torch.arange(len(self.lengths_host), device=lengths.device), lengths,
+                                           output_size=count)  # fmt: skip
+            flat = rows * width + torch.arange(count, device=lengths.device) - cu[:-1].long()[rows]  # (N,)
             self._cache[start] = (flat, cu, max(self.max_length - start, 1))  # no host sync
         return self._cache[start]
 
@@ -123,27 +133,29 @@ class Layout:
 class Packed:
     """A padded batch's real tokens packed into one stream ``(1, N)``, its rows one after another.
 
-    Built once per batch (two host syncs: the row lengths and the real tokens' indices); every index
-    a layer needs is then computed on the device from them, with no further sync.
+    Built once per batch with one host sync (the row lengths); every index a layer needs is then
+    computed on the device from them, with no further sync.
 
     Args:
         attention_mask: ``(B, T)``, 1 (or True) for real tokens, 0 for padding, on either side.
+        lengths: the rows' real lengths, when already known on the host (then nothing here syncs).
     """
 
-    def __init__(self, attention_mask: torch.Tensor) -> None:
+    def __init__(self, attention_mask: torch.Tensor, lengths: list[int] | None = None) -> None:
         real = attention_mask.bool()
         self.batch, self.seq = real.shape
         self.device = real.device
-        lengths = real.sum(-1)  # (B,)
-        self.lengths: list[int] = lengths.tolist()  # host sync 1
+        counts = real.sum(-1)  # (B,)
+        self.lengths: list[int] = counts.tolist() if lengths is None else list(lengths)  # the one host sync
         self.total = sum(self.lengths)
         self.max_length = max(self.lengths, default=0)
         self.padded = self.total < self.batch * self.seq
-        self.index = real.flatten().nonzero().squeeze(-1)  # (N,) rows of (B * T) holding real tokens; sync 2
-        self._lengths = lengths
-        self._starts = lengths.cumsum(0) - lengths  # (B,) where each row starts in the stream
+        # (N,) rows of (B * T) holding real tokens, in order: a stable sort puts them first (nonzero would sync)
+        self.index = torch.argsort((~real).flatten().to(torch.uint8), stable=True)[: self.total]
+        self._lengths = counts
+        self._starts = counts.cumsum(0) - counts  # (B,) where each row starts in the stream
         self._row = torch.repeat_interleave(
-            torch.arange(self.batch, device=self.device), lengths, output_size=self.total
+            torch.arange(self.batch, device=self.device), counts, output_size=self.total
         )  # (N,) the row of each token
         self._pos = torch.arange(self.total, device=self.device) - self._starts[self._row]  # (N,) place in its row
         self._cache: dict[Any, Any] = {}

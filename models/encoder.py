@@ -590,7 +590,11 @@ class EncoderFromDecoder(nn.Module):
             and (self.fast_attention is True or device.type == "cuda")
         )
         layout = Layout(attention_mask) if fast else None
-        packed = Packed(attention_mask) if layout is not None and self._packs(layout, plans) else None
+        packed = None
+        if layout is not None and self._packs(layout, plans):
+            packed = Packed(attention_mask, layout.lengths_host)
+        elif layout is not None:
+            layout.front  # worked out here, so the layer loop never waits for the device  # noqa: B018
         if packed is not None:
             input_ids, position_ids = packed.pack(input_ids), packed.pack(position_ids)  # (1, N)
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D), or (1, N, D) packed

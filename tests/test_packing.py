@@ -265,3 +265,32 @@ def test_the_varlen_kernel_call_takes_fewer_key_heads_or_repeats_them(monkeypatc
         got = attention._varlen_kernel(q, k, v, packed.segments(0), True, 0.5)
         torch.testing.assert_close(got, want, atol=TOL, rtol=0)
         assert calls == expected and attention._NATIVE_GQA == ([] if refuse else [True])
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=5),
+    extra=st.integers(0, 3),
+    start=st.integers(0, 6),
+    side=st.sampled_from(["right", "left"]),
+)
+def test_padded_layout_indices_need_no_nonzero(lengths, extra, start, side):
+    # The padded layout's varlen indices (CUDA kernels only) and padding rows, built without a host sync,
+    # equal the nonzero-based definitions.
+    from nosink.models.attention import Layout
+
+    seq = max(lengths) + extra
+    if seq == 0:
+        return
+    mask = padding(lengths, seq, side)
+    layout = Layout(mask)
+    assert torch.equal(layout.padding_rows(), (mask == 0).flatten().nonzero().squeeze(-1))
+    if start >= seq:
+        return
+    flat, cu, longest = layout.varlen(start)
+    width = seq - start
+    sizes = (torch.tensor(lengths) - start).clamp(min=0)
+    inside = torch.arange(width)[None, :] < sizes[:, None]
+    assert torch.equal(flat, inside.flatten().nonzero().squeeze(-1))
+    assert cu.tolist() == [0, *sizes.cumsum(0).tolist()]
+    assert longest == max(int(sizes.max()), 1)
