@@ -14,6 +14,17 @@ README comes from it; one command, about 3 minutes on one H100):
 
     python benchmarks/bench_encoder.py --fast-vs-dense --device cuda --dtype bfloat16 \
         --archs llama3-8b-8l qwen2.5-0.5b --shapes 512x32 2048x8 8192x2 --markdown results.md
+
+Padded rows run packed (``pack_padding``, the default above 5% padding); the column ``unpacked / stock``
+is the same fast path with ``pack_padding=False``.
+
+``--encode`` times ``encode()`` against the forward alone on the same pre-tokenized, padded batches
+(sentences/s at ``--batch``; needs ``--tokenizer``, a tokenizer folder); ``--streams`` times INTER, EXTRA
+and EXTEND specs beside the ratio their layer passes predict; ``--compiled`` times ``compile=True``:
+
+    python benchmarks/bench_encoder.py --encode --device cuda --dtype bfloat16 --arch qwen2.5-0.5b \
+        --batch 128 --tokenizer PATH/TO/Qwen2.5-0.5B
+    python benchmarks/bench_encoder.py --streams --compiled --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -119,8 +130,8 @@ def fast_vs_dense(args: argparse.Namespace) -> None:
         "`fast layers` = layers that ran on a fast route / all layer steps.",
         "",
         "| arch | shape | padding | spec | stock tok/s | dense / stock | fast / stock | fast / dense "
-        "| peak MiB stock / dense / fast | rel diff | vs stock: dense / fast | fast layers |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak MiB stock / dense / fast | rel diff | vs stock: dense / fast | fast layers | unpacked / stock |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for arch in args.archs:
@@ -158,6 +169,13 @@ def _fast_vs_dense_arch(arch: str, args: argparse.Namespace, dtype: torch.dtype)
                                             args.repeats)  # fmt: skip
                 t_fast, peak_fast = timed(lambda i, m, e=fast: e(i, m).last_hidden_state, data, args.device,
                                           args.repeats)  # fmt: skip
+                unpacked = "-"
+                if padding:
+                    padded = EncoderFromDecoder(model, spec, fast_attention=True, pack_padding=False)
+                    t_padded, _ = timed(lambda i, m, e=padded: e(i, m).last_hidden_state, data, args.device,
+                                        args.repeats)  # fmt: skip
+                    unpacked = f"{base / t_padded:.2f}"
+                    del padded
                 ids, mask = data[0]
                 routes: Counter = Counter()
                 original = attention.attend
@@ -192,13 +210,182 @@ def _fast_vs_dense_arch(arch: str, args: argparse.Namespace, dtype: torch.dtype)
                     f"| {arch} | {seq}x{batch} | {pad} | `{shown}` | {real / base:,.0f} | {base / t_dense:.2f} "
                     f"| {base / t_fast:.2f} | {t_dense / t_fast:.2f} | {base_peak / mib:,.0f} / "
                     f"{peak_dense / mib:,.0f} / {peak_fast / mib:,.0f} | {rel:.1e}{nan} | {to_stock} "
-                    f"| {sum(routes.values())}/{len(fast.plan.layer_steps)} |"
+                    f"| {sum(routes.values())}/{len(fast.plan.layer_steps)} | {unpacked} |"
                 )
                 lines.append(row)
                 print(row, flush=True)
                 # The check's float32 copies would otherwise sit in memory through the next spec's peak.
                 del fast, dense, a, b
     return lines
+
+
+def _model(arch: str, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    with torch.device(device):
+        return tf.AutoModel.from_config(ARCHS[arch](), dtype=dtype, attn_implementation="sdpa").eval()
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+WORDS = (
+    "the model reads every token of a sentence and writes one vector for it while the layers below keep their "
+    "causal masks and the top layers look both ways so that each word sees what comes after it in the text"
+).split()
+
+
+def synthetic_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts of 8 to 100 words drawn from a small vocabulary (speed depends on length, not meaning)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(8, 101, (n,), generator=g).tolist()
+    picks = torch.randint(0, len(WORDS), (sum(lengths),), generator=g).tolist()
+    out, at = [], 0
+    for n_words in lengths:
+        out.append(" ".join(WORDS[i] for i in picks[at : at + n_words]).capitalize() + ".")
+        at += n_words
+    return out
+
+
+def encode_vs_forward(args: argparse.Namespace) -> None:
+    """encode() sentences/s against the forward alone on the same pre-tokenized batches (issue 13, item 2)."""
+    from transformers import AutoTokenizer
+
+    from nosink.models import texts as _texts
+
+    if not args.tokenizer:
+        raise SystemExit("--encode needs --tokenizer PATH (a tokenizer folder of the architecture's model)")
+    dtype = getattr(torch, args.dtype)
+    card = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    model = _model(args.arch, args.device, dtype)
+    texts = synthetic_texts(args.texts)
+    print(f"\nencode() vs forward alone on {card}: {args.arch}, {args.dtype}, {len(texts)} synthetic texts of "
+          f"8-100 words, batch {args.batch}, median of {args.repeats}")  # fmt: skip
+    print("| spec | pack_padding | tokens/text | forward alone, texts/s | encode_tokens, texts/s | encode(), texts/s "
+          "| encode / forward |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for spec in ("F*", f"F* | M0B*{ARCHS[args.arch]().num_hidden_layers // 2}"):
+        for pack in (None, True):
+            encoder = EncoderFromDecoder(model, spec, tokenizer, pack_padding=pack)
+            tokens = _texts.tokenize(tokenizer, texts, None, sink=encoder.sink_ids(), max_length=512)
+            groups = _texts.batches(tokens.lengths, args.batch)
+            pad_id = _texts.pad_id(tokenizer)
+            padded = [_texts.pad(tokens, rows, pad_id) for rows in groups]
+            on_device = [(p.input_ids.to(args.device), p.attention_mask.to(args.device)) for p in padded]
+
+            def forward_alone(on_device=on_device, encoder=encoder):
+                with torch.inference_mode():
+                    for ids, mask in on_device:
+                        encoder(ids, mask)
+
+            def through_encode_tokens(groups=groups, tokens=tokens, encoder=encoder):
+                for rows in groups:
+                    encoder.encode_tokens(tokens, rows)
+
+            def through_encode(encoder=encoder):
+                encoder.encode(texts, batch_size=args.batch, show_progress_bar=False)
+
+            row = []
+            for fn in (forward_alone, through_encode_tokens, through_encode):
+                fn()  # warm-up
+                times = []
+                for _ in range(args.repeats):
+                    _sync(args.device)
+                    start = time.perf_counter()
+                    fn()
+                    _sync(args.device)
+                    times.append(time.perf_counter() - start)
+                row.append(len(texts) / statistics.median(times))
+            per_text = sum(tokens.lengths) / len(texts)
+            shown = spec.replace("|", "\\|")
+            print(f"| `{shown}` | {pack} | {per_text:.0f} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} "
+                  f"| {row[2] / row[0]:.2f} |", flush=True)  # fmt: skip
+
+
+def streams(args: argparse.Namespace) -> None:
+    """INTER / EXTRA / EXTEND specs: measured ratio to stock beside the ratio their layer passes predict."""
+    dtype = getattr(torch, args.dtype)
+    card = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"\nINTER / EXTRA / EXTEND on {card}, {args.dtype}, unpadded, median of {args.repeats}: `expected` = stock "
+          "layer passes / layer passes (the issue's target: measured within 5% of it)")  # fmt: skip
+    print("| arch | shape | spec | layer passes | expected fast / stock | measured fast / stock "
+          "| measured / expected |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for arch in args.archs:
+        model = _model(arch, args.device, dtype)
+        depth = model.config.num_hidden_layers
+        k = depth // 2
+        specs = [f"F* | INTER(R*{k})", f"F* | EXTRA(M0B*{k})", "F* | EXTEND(B*2)"]
+        specs.append(f"F* | INTER(B*{k // 2}) | M0B*{k // 2}")
+        for shape in args.shapes:
+            seq, batch = (int(x) for x in shape.split("x"))
+            data = batches(args.batches, batch, seq, model.config.vocab_size, args.device, padding=0.0)
+
+            def stock(ids, mask, model=model):
+                return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+            base, _ = timed(stock, data, args.device, args.repeats)
+            for spec in specs:
+                fast = EncoderFromDecoder(model, spec, fast_attention=True)
+                t, _ = timed(lambda i, m, e=fast: e(i, m).last_hidden_state, data, args.device, args.repeats)
+                passes = len(fast.plan.layer_steps)
+                expected, measured = depth / passes, base / t
+                shown = spec.replace("|", "\\|")
+                print(f"| {arch} | {shape} | `{shown}` | {passes} | {expected:.3f} | {measured:.3f} "
+                      f"| {measured / expected:.3f} |", flush=True)  # fmt: skip
+        del model
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def compiled_rows(args: argparse.Namespace) -> None:
+    """compile=True against the uncompiled fast path and stock, padded (packed) and not."""
+    dtype = getattr(torch, args.dtype)
+    card = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    print(f"\ncompile=True on {card}, {args.dtype}, median of {args.repeats}; compile time = the first two passes "
+          "(graphs for the unpadded and the packed layout), not in the timings")  # fmt: skip
+    print("| arch | shape | padding | spec | fast / stock | compiled / stock | compiled / fast | compile s "
+          "| max rel diff compiled vs fast |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for arch in args.compile_archs:
+        model = _model(arch, args.device, dtype)
+        k = model.config.num_hidden_layers // 2
+        for spec in ("F*", f"F* | M0B*{k}"):
+            fast = EncoderFromDecoder(model, spec, fast_attention=True)
+            comp = EncoderFromDecoder(model, spec, fast_attention=True, compile=True)
+            for shape in args.compile_shapes:
+                seq, batch = (int(x) for x in shape.split("x"))
+                for padding in (0.0, 0.3):
+                    data = batches(args.batches, batch, seq, model.config.vocab_size, args.device, padding=padding)
+
+                    def stock(ids, mask, model=model):
+                        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+                    _sync(args.device)
+                    start = time.perf_counter()
+                    with torch.inference_mode():
+                        for ids, mask in data:
+                            comp(ids, mask)
+                    _sync(args.device)
+                    warm = time.perf_counter() - start
+                    base, _ = timed(stock, data, args.device, args.repeats)
+                    t_fast, _ = timed(lambda i, m, e=fast: e(i, m).last_hidden_state, data, args.device, args.repeats)
+                    t_comp, _ = timed(lambda i, m, e=comp: e(i, m).last_hidden_state, data, args.device, args.repeats)
+                    ids, mask = data[0]
+                    with torch.inference_mode():
+                        a = comp(ids, mask).last_hidden_state.float()
+                        b = fast(ids, mask).last_hidden_state.float()
+                    keep = mask.bool()
+                    rel = ((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-6))[keep].max().item()
+                    shown = spec.replace("|", "\\|")
+                    pad = "none" if not padding else f"{padding:.0%}"
+                    print(f"| {arch} | {shape} | {pad} | `{shown}` | {base / t_fast:.2f} | {base / t_comp:.2f} "
+                          f"| {t_fast / t_comp:.2f} | {warm:.0f} | {rel:.1e} |", flush=True)  # fmt: skip
+        del model
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
 
 
 def kernels(args: argparse.Namespace) -> None:
@@ -275,13 +462,26 @@ def main() -> None:
     p.add_argument("--paddings", nargs="*", type=float, default=[0.0, 0.3], help="share of padding tokens")
     p.add_argument("--markdown", default=None, help="also write the --fast-vs-dense table to this file")
     p.add_argument("--kernels", action="store_true", help="time the attention routes alone (with --fast-vs-dense)")
+    p.add_argument("--encode", action="store_true", help="encode() vs the forward alone on pre-tokenized batches")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder for --encode")
+    p.add_argument("--texts", type=int, default=4096, help="synthetic texts for --encode")
+    p.add_argument("--streams", action="store_true", help="INTER/EXTRA/EXTEND beside their expected ratio")
+    p.add_argument("--compiled", action="store_true", help="compile=True rows")
+    p.add_argument("--compile-archs", nargs="*", default=["qwen2.5-0.5b"], choices=sorted(ARCHS))
+    p.add_argument("--compile-shapes", nargs="*", default=["512x32", "2048x8"], help="SEQxBATCH for --compiled")
     args = p.parse_args()
     args.spec_pairs = [(s, s) for s in args.specs] if args.specs != SPECS else None
     if args.kernels:
         kernels(args)
     if args.fast_vs_dense:
         fast_vs_dense(args)
-    if args.kernels or args.fast_vs_dense:
+    if args.encode:
+        encode_vs_forward(args)
+    if args.streams:
+        streams(args)
+    if args.compiled:
+        compiled_rows(args)
+    if args.kernels or args.fast_vs_dense or args.encode or args.streams or args.compiled:
         return
 
     dtype = getattr(torch, args.dtype)

@@ -20,11 +20,19 @@ Routes, for ``query (B, H, T, D)`` and ``key``/``value`` ``(B, Hkv, T, D)`` afte
 Padded batches are first brought to one layout, each row's real tokens at the front (a gather, only
 when some row is not already so), where the causal kernel is exact for real queries. A padding query
 attends only itself in the reference, so its output is its own value, set at the end.
+
+A padded batch can also run *packed* (:class:`Packed`): the encoder drops the padding tokens once before
+the first layer and runs every layer on one stream ``(1, N)`` of the real tokens, sequences one after
+another, each token with its true position. Attention then runs per sequence with ``cu_seqlens``: the
+variable-length flash kernel on CUDA (fp16/bf16), an exact per-sequence SDPA loop elsewhere. Every kind
+has a packed route (``R`` reverses each sequence inside the stream; ``M<n>`` kinds split each sequence at
+``n``), so neither the MLP nor the projections ever see a padding token.
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 from functools import cache
 from typing import Any
@@ -34,7 +42,7 @@ import torch.nn.functional as F
 
 from nosink.layerspec import Kind
 
-__all__ = ["Layout", "Route", "attend", "fast_route"]
+__all__ = ["Layout", "Packed", "Route", "attend", "fast_route"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +63,10 @@ class Layout:
         self.real = real
         self.lengths = real.sum(-1)  # (B,)
         self.seq = real.shape[-1]
-        bounds = torch.stack([self.lengths.min(), self.lengths.max()]) if real.numel() else None
-        shortest, longest = bounds.tolist() if bounds is not None else (self.seq, self.seq)  # one host sync
+        self.lengths_host: list[int] = self.lengths.tolist()  # one host sync; the layer loop needs none
+        shortest, longest = (min(self.lengths_host), max(self.lengths_host)) if real.numel() else (self.seq, self.seq)
         self.max_length: int = longest
+        self.total: int = sum(self.lengths_host)  # real tokens in the batch
         self.padded = shortest < self.seq
         pos = real.long().cumsum(-1) - 1  # (B, T), relative positions of real tokens
         pad_rank = (~real).long().cumsum(-1) - 1  # each padding token's rank among its row's padding
@@ -65,9 +74,15 @@ class Layout:
         # `packed position of each token`: real tokens first in order (or reversed), then padding.
         self._forward_key = torch.where(real, pos, tail)
         self._reverse_key = torch.where(real, self.lengths[:, None] - 1 - pos, tail)
-        arange = torch.arange(self.seq, device=real.device)
-        self.front = bool((self._forward_key == arange).all()) if self.padded else True
         self._cache: dict[Any, Any] = {}
+
+    @property
+    def front(self) -> bool:
+        """Whether every row's real tokens already come first (right padding); worked out on first use."""
+        if "front" not in self._cache:
+            arange = torch.arange(self.seq, device=self.real.device)
+            self._cache["front"] = bool((self._forward_key == arange).all()) if self.padded else True  # a sync
+        return self._cache["front"]
 
     def packing(self, reverse: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(gather, scatter)`` row indices into ``(B * T)`` to the packed layout and back; ``None`` for identity."""
@@ -91,7 +106,9 @@ class Layout:
     def padding_rows(self) -> torch.Tensor:
         """Row indices into ``(B * T)`` of the padding tokens (in the batch's own layout)."""
         if "padding" not in self._cache:
-            self._cache["padding"] = (~self.real).flatten().nonzero().squeeze(-1)
+            # A stable sort puts the padding first, in order; its count is known on the host (nonzero would sync).
+            order = torch.argsort(self.real.flatten().to(torch.uint8), stable=True)
+            self._cache["padding"] = order[: self.real.numel() - self.total]
         return self._cache["padding"]
 
     def _flat(self, index: torch.Tensor) -> torch.Tensor:
@@ -103,12 +120,117 @@ class Layout:
         if start not in self._cache:
             width = self.seq - start
             lengths = (self.lengths - start).clamp(min=0)  # (B,)
-            inside = torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]  # (B, width)
-            flat = inside.flatten().nonzero().squeeze(-1)  # (N,)
+            count = sum(max(n - start, 0) for n in self.lengths_host)  # on the host: no sync
             cu = torch.zeros(lengths.shape[0] + 1, dtype=torch.int32, device=lengths.device)
             cu[1:] = lengths.cumsum(0)
-            self._cache[start] = (flat, cu, max(int(lengths.max()), 1))
+            rows = torch.repeat_interleave(torch.arange(len(self.lengths_host), device=lengths.device), lengths,
+                                           output_size=count)  # fmt: skip
+            flat = rows * width + torch.arange(count, device=lengths.device) - cu[:-1].long()[rows]  # (N,)
+            self._cache[start] = (flat, cu, max(self.max_length - start, 1))  # no host sync
         return self._cache[start]
+
+
+class Packed:
+    """A padded batch's real tokens packed into one stream ``(1, N)``, its rows one after another.
+
+    Built once per batch with one host sync (the row lengths); every index a layer needs is then
+    computed on the device from them, with no further sync.
+
+    Args:
+        attention_mask: ``(B, T)``, 1 (or True) for real tokens, 0 for padding, on either side.
+        lengths: the rows' real lengths, when already known on the host (then nothing here syncs).
+    """
+
+    def __init__(self, attention_mask: torch.Tensor, lengths: list[int] | None = None) -> None:
+        real = attention_mask.bool()
+        self.batch, self.seq = real.shape
+        self.device = real.device
+        counts = real.sum(-1)  # (B,)
+        self.lengths: list[int] = counts.tolist() if lengths is None else list(lengths)  # the one host sync
+        self.total = sum(self.lengths)
+        self.max_length = max(self.lengths, default=0)
+        self.padded = self.total < self.batch * self.seq
+        # (N,) rows of (B * T) holding real tokens, in order: a stable sort puts them first (nonzero would sync)
+        self.index = torch.argsort((~real).flatten().to(torch.uint8), stable=True)[: self.total]
+        self._lengths = counts
+        self._starts = counts.cumsum(0) - counts  # (B,) where each row starts in the stream
+        self._row = torch.repeat_interleave(
+            torch.arange(self.batch, device=self.device), counts, output_size=self.total
+        )  # (N,) the row of each token
+        self._pos = torch.arange(self.total, device=self.device) - self._starts[self._row]  # (N,) place in its row
+        self._cache: dict[Any, Any] = {}
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, ...) -> (1, N, ...)``: the real tokens, row after row."""
+        return x.flatten(0, 1).index_select(0, self.index)[None]
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``(1, N, ...) -> (B, T, ...)``, zeros at the padding positions."""
+        out = x.new_zeros(self.batch * self.seq, *x.shape[2:])
+        out.index_copy_(0, self.index, x[0])
+        return out.view(self.batch, self.seq, *x.shape[2:])
+
+    def segments(self, start: int) -> _Segments:
+        """The tokens at places ``start..`` of their rows, as sequences of their own (cached)."""
+        key = ("segments", start)
+        if key not in self._cache:
+            self._cache[key] = _Segments(self, start)
+        return self._cache[key]
+
+    def reversal(self) -> torch.Tensor:
+        """``(N,)`` indices reversing each row inside the stream (its own inverse)."""
+        if "reversal" not in self._cache:
+            self._cache["reversal"] = self._starts[self._row] + self._lengths[self._row] - 1 - self._pos
+        return self._cache["reversal"]
+
+    def heads(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For places ``0..count-1`` of every row: a padded gather of queries and keys, and the mask.
+
+        Returns ``(query_index (B, count), key_index (B, L), mask (B, 1, count, L), out_index (B * count))``
+        with ``L`` the longest row. Places past a row's end are clamped onto its last token (the same
+        computation as that token's, so writing it twice is harmless); rows without tokens write to row
+        ``N`` of a buffer one row longer than the stream.
+        """
+        key = ("heads", count)
+        if key not in self._cache:
+            longest = max(self.max_length, 1)
+            lengths, starts = self._lengths[:, None], self._starts[:, None]
+            places = torch.arange(count, device=self.device)[None, :]  # (1, count)
+            qplace = torch.minimum(places, (lengths - 1).clamp(min=0))  # (B, count)
+            kplace = torch.arange(longest, device=self.device)[None, :]  # (1, L)
+            mask = (kplace[:, None, :] >= qplace[:, :, None]) & (kplace < lengths)[:, None, :]  # (B, count, L)
+            empty = lengths == 0
+            query_index = torch.where(empty, 0, starts + qplace)
+            key_index = torch.where(kplace < lengths, starts + kplace, 0)
+            out_index = torch.where(empty, self.total, starts + qplace).flatten()
+            self._cache[key] = (query_index, key_index, mask[:, None], out_index)
+        return self._cache[key]
+
+
+class _Segments:
+    """The tokens at places ``start..`` of each row: their indices in the stream and ``cu_seqlens``.
+
+    Rows with no such token keep an empty segment (a repeated bound), so nothing here syncs.
+    """
+
+    def __init__(self, packed: Packed, start: int) -> None:
+        sizes_host = [max(n - start, 0) for n in packed.lengths]
+        self.total = sum(sizes_host)
+        self.max_length = max(sizes_host, default=0)
+        self.bounds = [0]  # host cu_seqlens
+        for n in sizes_host:
+            self.bounds.append(self.bounds[-1] + n)
+        sizes = (packed._lengths - start).clamp(min=0)  # (B,) on the device
+        self.cu = torch.zeros(packed.batch + 1, dtype=torch.int32, device=packed.device)
+        self.cu[1:] = sizes.cumsum(0)
+        if start == 0:
+            self.index: torch.Tensor | None = None  # every token: no gather
+        else:
+            rows = torch.repeat_interleave(
+                torch.arange(packed.batch, device=packed.device), sizes, output_size=self.total
+            )
+            within = torch.arange(self.total, device=packed.device) - self.cu[:-1].long()[rows]
+            self.index = packed._starts[rows] + start + within
 
 
 class Route:
@@ -119,24 +241,34 @@ class Route:
         layout: the batch's layout.
     """
 
-    def __init__(self, kind: Kind, layout: Layout) -> None:
+    def __init__(self, kind: Kind, layout: Layout | Packed) -> None:
         self.kind = kind
         self.layout = layout
 
     def __repr__(self) -> str:
         return f"Route({self.kind}, padded={self.layout.padded})"
 
+    @torch.compiler.disable  # a compiled layer breaks its graph here: the kernels and indexing run as they are
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None) -> torch.Tensor:
         """Attention output ``(B, T, H, D)`` (the layout transformers' attention functions return)."""
         return attend(query, key, value, self, scale)
 
 
-def fast_route(kind: Kind, sliding_window: int | None, layout: Layout) -> Route | None:
+def fast_route(kind: Kind, sliding_window: int | None, layout: Layout | Packed) -> Route | None:
     """The fast route of a layer, or ``None`` where only the dense mask applies.
 
     Only a sliding window shorter than the batch's longest row needs the dense mask.
+
+    Raises:
+        ValueError: for such a window on a packed batch, which has no dense layout to fall back on (the
+            encoder packs only batches that no window cuts).
     """
     if sliding_window is not None and sliding_window < layout.max_length:
+        if isinstance(layout, Packed):
+            raise ValueError(
+                f"a sliding window of {sliding_window} cuts rows of {layout.max_length} tokens: such a batch "
+                "cannot run packed (run it padded, pack_padding=False)"
+            )
         return None
     return Route(kind, layout)
 
@@ -156,6 +288,8 @@ def attend(
     """
     if query.shape[1] % key.shape[1]:
         raise ValueError(f"{query.shape[1]} query heads are not a multiple of {key.shape[1]} key heads")
+    if isinstance(route.layout, Packed):
+        return _attend_packed(query, key, value, route.kind, route.layout, scale)
     b, heads, seq, _ = query.shape
     dv = value.shape[-1]
     layout, kind = route.layout, route.kind
@@ -178,6 +312,109 @@ def attend(
         own = _rows_of(own_value).index_select(0, rows)  # (Npad, Hkv, Dv)
         out.index_copy_(0, rows, own.repeat_interleave(heads // own.shape[1], dim=1))  # out is our own tensor
     return out.view(b, seq, heads, dv)
+
+
+def _attend_packed(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kind: Kind, packed: Packed, scale: float | None
+) -> torch.Tensor:
+    # The stream (1, H, N, D): every sequence attends within itself, by kind. Returns (1, N, H, Dv).
+    if query.shape[0] != 1 or query.shape[2] != packed.total:
+        raise ValueError(f"a packed route takes one stream of {packed.total} tokens, got {tuple(query.shape)}")
+    q, k, v = (_rows_of(x) for x in (query, key, value))  # (N, h, d), free for the projections' layout
+    n, heads, dv = q.shape[0], q.shape[1], v.shape[-1]
+    if kind.sink is None and kind.direction == "R":
+        flip = packed.reversal()
+        out = _varlen_rows(q[flip], k[flip], v[flip], packed.segments(0), True, scale)[flip]
+    elif kind.sink is None:
+        out = _varlen_rows(q, k, v, packed.segments(0), kind.direction == "F", scale)
+    else:
+        head = kind.sink + 1  # places 0..sink of each row
+        tail = packed.segments(head)
+        out = q.new_zeros(n + 1, heads, dv)  # one spare row: see Packed.heads
+        if tail.total:
+            idx = tail.index
+            part = _varlen_rows(q[idx], k[idx], v[idx], tail, kind.direction == "F", scale)
+            out.index_copy_(0, idx, part)
+        in_head = (packed._pos < head)[:, None, None]  # (N, 1, 1)
+        if kind.direction == "F":
+            # A head query attends only itself: its output is its own value.
+            own = v.repeat_interleave(heads // v.shape[1], dim=1) if heads != v.shape[1] else v
+            out = torch.where(in_head, own, out[:n])
+        elif head < _SMALL_HEAD * packed.max_length:
+            # Head queries attend every key at or after them: a small masked kernel over padded rows.
+            q_index, k_index, mask, out_index = packed.heads(head)
+            qh = q[q_index].transpose(1, 2)  # (B, h, head, d)
+            kh, vh = (x[k_index].transpose(1, 2) for x in (k, v))  # (B, hkv, L, d)
+            first = _masked(qh, kh, vh, mask, scale).transpose(1, 2).reshape(-1, heads, dv)
+            out.index_copy_(0, out_index, first)
+            out = out[:n]
+        else:
+            # Many head queries: the reverse-causal route over each whole row gives them exactly.
+            flip = packed.reversal()
+            both = _varlen_rows(q[flip], k[flip], v[flip], packed.segments(0), True, scale)[flip]
+            out = torch.where(in_head, both, out[:n])
+    return out.view(1, n, heads, dv)
+
+
+def _varlen_rows(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: _Segments, causal: bool, scale: float | None
+) -> torch.Tensor:
+    """Attention within each segment of ``q (N, h, d)``, ``k``/``v (N, hkv, d)``: ``(N, h, dv)``."""
+    if q.is_cuda and q.dtype in _VARLEN_DTYPES and _varlen() is not None:
+        try:
+            return _varlen_kernel(q, k, v, segments, causal, scale)
+        except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
+            logger.warning("variable-length attention failed (%s); using a per-sequence loop from now on", err)
+            _VARLEN_BROKEN.append(err)
+    # Exact everywhere: one SDPA call per sequence (the CPU path, and float32 on CUDA).
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
+    gqa = q.shape[1] != k.shape[1]
+    bounds = segments.bounds
+    for a, b in itertools.pairwise(bounds):
+        if a == b:
+            continue
+        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))
+        res = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa)
+        out[a:b] = res[0].transpose(0, 1)
+    return out
+
+
+def _varlen_kernel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: _Segments, causal: bool, scale: float | None
+) -> torch.Tensor:
+    fn, params = _varlen()  # type: ignore[misc]
+    kwargs: dict[str, Any] = {}
+    if causal:
+        if "window_size" in params:  # torch >= 2.11: causal is a window reaching no key to the right
+            kwargs["window_size"] = (-1, 0)
+        elif "is_causal" in params:
+            kwargs["is_causal"] = True
+        else:
+            raise TypeError("this torch's varlen_attn takes neither window_size nor is_causal")
+    if scale is not None:
+        if "scale" in params:
+            kwargs["scale"] = scale
+        else:
+            q = q * (scale * q.shape[-1] ** 0.5)
+    longest = max(segments.max_length, 1)
+    heads = q.shape[1]
+    if heads != k.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        elif _NATIVE_GQA:
+            # torch 2.11's varlen_attn has no enable_gqa, but its flash kernel takes fewer key/value heads
+            # as they are (on an H100: the same output as repeated heads, to the bit); a build that refuses
+            # them is asked with repeated heads from then on.
+            try:
+                return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+            except RuntimeError:
+                _NATIVE_GQA.clear()
+        if "enable_gqa" not in kwargs:
+            k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))
+    return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+
+
+_NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value heads than query heads
 
 
 def _route(

@@ -19,7 +19,7 @@ from nosink.layerspec.checks import positive_int, printable
 from nosink.layerspec.masks import relative_positions
 
 from . import texts as _texts
-from .attention import Layout, Route, fast_route
+from .attention import Layout, Packed, Route, fast_route
 from .families import DecoderParts
 from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
@@ -29,6 +29,9 @@ from .texts import Template
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
+
+# The default pack_padding=None packs a batch on the fast path when at least this share of its tokens is padding.
+PACK_MIN_PADDING = 0.05
 
 
 @dataclass
@@ -101,13 +104,18 @@ def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
 class _Batch:
     """One prepared batch: embeddings, positions, and the masks built for it so far."""
 
-    hidden: torch.Tensor  # (B, T, D) embeddings
+    hidden: torch.Tensor  # (B, T, D) embeddings; (1, N, D) when packed
     attention_mask: torch.Tensor  # (B, T)
-    position_ids: torch.Tensor  # (B, T), from each row's first real token
+    position_ids: torch.Tensor  # (B, T), from each row's first real token; (1, N) when packed
     context: Any  # rotary cos/sin, per family
     eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
     masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
-    layout: Layout | None = None  # where the real tokens lie; set only when the batch takes the fast path
+    layout: Layout | Packed | None = None  # where the real tokens lie; set only when the batch takes the fast path
+    packed: Packed | None = None  # set when the layers run on the real tokens only (the layout then)
+
+    def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A stream back in the batch's ``(B, T, D)`` layout (zeros at padding when the batch ran packed)."""
+        return hidden if self.packed is None else self.packed.unpack(hidden)
 
 
 @dataclass
@@ -148,6 +156,19 @@ class EncoderFromDecoder(nn.Module):
             eval mode, no sliding window shorter than the batch). Same results to rounding.
             ``None`` (default): on CUDA only (on CPU it measured no faster); ``True``: on every
             device; ``False``: the dense mask everywhere. Also the attribute ``encoder.fast_attention``.
+        pack_padding: on the fast path, run a padded batch's layers on its real tokens only: the padding
+            is dropped once before the first layer (one stream of the real tokens, each at its true
+            position, attention per sequence) and put back after the last, so padding costs no MLP,
+            projection or attention work. Real tokens get the same states as on the padded path; padding
+            positions of ``last_hidden_state`` and ``hidden_states`` hold zeros. ``None`` (default): when
+            at least 5% of the batch's tokens are padding and no sliding window shorter than its longest
+            row needs the dense mask; ``True``: whenever such a batch has padding; ``False``: never. Also
+            the attribute ``encoder.pack_padding``.
+        compile: compile each decoder layer with ``torch.compile`` (``True``, or a dict of its keyword
+            arguments, e.g. ``{"backend": "aot_eager"}``). Layers of one class share one graph (the layer
+            is an argument of one compiled function, sequence lengths are dynamic), so a model compiles
+            once per layer type and mask path, not once per layer; attention kernels stay outside the
+            graph. The first batches are slow (compilation); later ones run the compiled graphs.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
@@ -170,6 +191,8 @@ class EncoderFromDecoder(nn.Module):
         sink_token: str = "auto",
         fast_attention: bool | None = None,
         exit_layer: int | None = None,
+        pack_padding: bool | None = None,
+        compile: bool | dict[str, Any] = False,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -184,6 +207,11 @@ class EncoderFromDecoder(nn.Module):
         if fast_attention not in (None, True, False):
             raise TypeError(f"fast_attention must be None, True or False, got {printable(repr(fast_attention))}")
         self.fast_attention = fast_attention
+        if pack_padding not in (None, True, False):
+            raise TypeError(f"pack_padding must be None, True or False, got {printable(repr(pack_padding))}")
+        self.pack_padding = pack_padding
+        if compile is not False:
+            self.parts.compile_layers({} if compile is True else compile)
         self.eval()
 
     @property
@@ -229,6 +257,9 @@ class EncoderFromDecoder(nn.Module):
         attn_implementation: str = "sdpa",
         sink_token: str | None = None,
         exit_layer: int | None = None,
+        fast_attention: bool | None = None,
+        pack_padding: bool | None = None,
+        compile: bool | dict[str, Any] = False,
         **hf_kwargs: Any,
     ) -> EncoderFromDecoder:
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
@@ -242,6 +273,9 @@ class EncoderFromDecoder(nn.Module):
             attn_implementation: ``"sdpa"`` (default) or ``"eager"`` (needed for attention weights).
             sink_token: see the class docstring; a saved encoder keeps its own unless given.
             exit_layer: an early exit (see the class docstring); the layers above it are still loaded.
+            fast_attention: see the class docstring.
+            pack_padding: see the class docstring.
+            compile: see the class docstring.
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
@@ -311,7 +345,10 @@ class EncoderFromDecoder(nn.Module):
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
             sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
-        encoder = cls(decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer)
+        encoder = cls(
+            decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
+            pack_padding=pack_padding, compile=compile,
+        )  # fmt: skip
         if tokenizer is not None:
             try:
                 encoder.sink_ids()  # a sink token the tokenizer lacks fails here, not at the first encode()
@@ -373,11 +410,12 @@ class EncoderFromDecoder(nn.Module):
             ValueError: for shapes or masks that do not fit, an empty batch (no rows or no tokens), or
                 more tokens than a learned-position model (GPT-2) has positions.
         """
-        batch = self._prepare(input_ids, attention_mask)
+        batch = self._prepare(input_ids, attention_mask, plans=[self.plan])
         history = [batch.hidden] if output_hidden_states else None
         streams = self._run(self.plan, 0, {MAIN: batch.hidden}, batch, history)
-        out = self.parts.norm(streams[MAIN])
-        return EncoderOutput(out, batch.attention_mask, tuple(history) if history is not None else None)
+        out = batch.unpack(self.parts.norm(streams[MAIN]))
+        states = tuple(batch.unpack(h) for h in history) if history is not None else None
+        return EncoderOutput(out, batch.attention_mask, states)
 
     def attention_weights(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -441,10 +479,10 @@ class EncoderFromDecoder(nn.Module):
         if not specs:
             raise ValueError("forward_specs() needs at least one spec")
         plans = [self.plan_for(spec) for spec in specs]
-        batch = self._prepare(input_ids, attention_mask)
+        batch = self._prepare(input_ids, attention_mask, plans=plans)
         out: dict[str, torch.Tensor] = {}
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
-        return {plan.name: out[plan.name] for plan in plans}
+        return {plan.name: batch.unpack(out[plan.name]) for plan in plans}
 
     def _run_tree(
         self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: _Batch, out: dict
@@ -499,7 +537,11 @@ class EncoderFromDecoder(nn.Module):
         return spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer)
 
     def _prepare(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, eager: bool | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        eager: bool | None = None,
+        plans: Sequence[Plan] = (),
     ) -> _Batch:
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
@@ -537,23 +579,47 @@ class EncoderFromDecoder(nn.Module):
                 UserWarning,
                 stacklevel=3,
             )
-        hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D)
-        context = self.parts.position_context(hidden, position_ids)
         eager = self.parts.attn_implementation == "eager" if eager is None else eager
-        # Whether this batch may take the fast path is decided once, here; each layer step then only asks
-        # whether its own window allows it (see _route).
+        # Whether this batch may take the fast path, and run packed, is decided once, here; each layer step
+        # then only asks whether its own window allows the fast route (see _route).
         fast = (
             self.fast_attention is not False
             and not self.training
             and not eager
             and self.parts.fast_attention_applies
-            and (self.fast_attention is True or hidden.device.type == "cuda")
+            and (self.fast_attention is True or device.type == "cuda")
         )
         layout = Layout(attention_mask) if fast else None
-        return _Batch(hidden, attention_mask, position_ids, context, eager, {}, layout)
+        packed = None
+        if layout is not None and self._packs(layout, plans):
+            packed = Packed(attention_mask, layout.lengths_host)
+        elif layout is not None:
+            layout.front  # worked out here, so the layer loop never waits for the device  # noqa: B018
+        if packed is not None:
+            input_ids, position_ids = packed.pack(input_ids), packed.pack(position_ids)  # (1, N)
+        hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D), or (1, N, D) packed
+        context = self.parts.position_context(hidden, position_ids)
+        return _Batch(hidden, attention_mask, position_ids, context, eager, {}, packed or layout, packed)
+
+    def _packs(self, layout: Layout, plans: Sequence[Plan]) -> bool:
+        # Packing drops the padding before the first layer; it needs every layer step on a fast route, so a
+        # sliding window shorter than the longest row (which needs the dense mask) keeps the padded layout.
+        if self.pack_padding is False or not layout.padded or not plans:
+            return False
+        for plan in plans:
+            for step in plan.layer_steps:
+                if step.window is not None and step.window < layout.max_length:
+                    return False
+        if self.pack_padding is True:
+            return True
+        # Below this share the saving is a few percent at most, against a gather, a scatter and the index
+        # bookkeeping per batch (a judgement: not yet measured).
+        return layout.total <= (1 - PACK_MIN_PADDING) * layout.real.numel()
 
     def _mask(self, step: LayerStep, batch: _Batch) -> torch.Tensor:
         # Built once per batch, kind and window, on first use, whatever the number of layers or specs using it.
+        if batch.packed is not None:
+            raise RuntimeError(f"layer {step.layer} needs a dense mask, which a packed batch has none of")
         key = (step.kind, step.window)
         if key not in batch.masks:
             mask = build_mask(step.kind, batch.attention_mask, sliding_window=step.window)  # (B, 1, T, T) bool

@@ -75,6 +75,22 @@ def _fast_attention_forward(
 AttentionInterface.register(FAST_ATTENTION, _fast_attention_forward)
 
 
+def _layer_call(
+    layer: nn.Module,
+    hidden: torch.Tensor,
+    mask: torch.Tensor | None,
+    context: Any,
+    position_ids: torch.Tensor,
+    route: Route | None,
+    learned: bool,
+) -> Any:
+    # The one place a decoder layer is called (compiled as a whole by DecoderParts.compile_layers).
+    kwargs: dict[str, Any] = {} if route is None else {"nosink_route": route}
+    if learned:
+        return layer(hidden, attention_mask=mask, use_cache=False, **kwargs)
+    return layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids, **kwargs)
+
+
 class UnsupportedModelError(ValueError):
     """The model's family or attention backend cannot run per-layer masks."""
 
@@ -195,6 +211,31 @@ class DecoderParts:
         else:
             self.windows = (window,) * self.depth
         self._fast_views: dict[int, nn.Module] = {}  # layer index -> its view on the fast path, made once
+        self._compiled: Any = None  # the compiled layer call (compile_layers), else None
+
+    def compile_layers(self, options: dict[str, Any]) -> None:
+        """Run every layer call through one ``torch.compile``-d function, with ``options`` for ``torch.compile``.
+
+        The layer is an argument of that function, so layers of one class share a graph (their parameters
+        are graph inputs), and sequence lengths are dynamic by default (``dynamic=True``): no recompilation
+        per layer index or per batch shape. Attention kernels of the fast path stay outside the graph.
+
+        Raises:
+            TypeError: if ``options`` is not a dict.
+            RuntimeError: if this torch or Python cannot compile (``torch.compile`` missing or unsupported).
+        """
+        if not isinstance(options, dict):
+            raise TypeError(
+                f"compile must be True, False or a dict of torch.compile arguments, got {type(options).__name__}"
+            )
+        compile_fn = getattr(torch, "compile", None)
+        dynamo = getattr(torch, "_dynamo", None)
+        if compile_fn is None or dynamo is None or not dynamo.is_dynamo_supported():
+            raise RuntimeError(
+                f"torch.compile is not available with torch {torch.__version__} on this Python: build the "
+                "encoder with compile=False (the default)"
+            )
+        self._compiled = compile_fn(_layer_call, **({"dynamic": True} | options))
 
     @property
     def attn_implementation(self) -> str:
@@ -245,22 +286,29 @@ class DecoderParts:
         """
         if mask is None and route is None:
             raise ValueError(f"layer {index} needs an explicit mask or a fast-attention route")
-        kwargs: dict[str, Any] = {}
         if weights is not None:
             layer = self._view(index, "eager", weights)
         elif route is not None:
             if index not in self._fast_views:
                 self._fast_views[index] = self._view(index, FAST_ATTENTION)
             layer = self._fast_views[index]
-            kwargs["nosink_route"] = route
         else:
             layer = self.layers[index]
-        if self.family.positions == "learned":
-            out = layer(hidden, attention_mask=mask, use_cache=False, **kwargs)
+        learned = self.family.positions == "learned"
+        if self.family.positions == "rotary_per_layer_type":
+            context = context[self.layer_types[index]]  # type: ignore[index]
+        if self._compiled is not None and weights is None:
+            try:
+                out = self._compiled(layer, hidden, mask, context, position_ids, route, learned)
+            except Exception as err:
+                if type(err).__name__ != "BackendCompilerFailed":
+                    raise
+                raise RuntimeError(
+                    f"torch.compile could not compile layer {index} ({err}); build the encoder with "
+                    "compile=False, or another backend, e.g. compile={'backend': 'aot_eager'}"
+                ) from err
         else:
-            if self.family.positions == "rotary_per_layer_type":
-                context = context[self.layer_types[index]]  # type: ignore[index]
-            out = layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids, **kwargs)
+            out = _layer_call(layer, hidden, mask, context, position_ids, route, learned)
         return out[0] if isinstance(out, tuple) else out
 
     @property

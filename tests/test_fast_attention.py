@@ -1,7 +1,8 @@
 """The fast attention path equals the dense-mask reference, route by route and through the encoder.
 
 Every comparison is fast against dense (``build_mask`` + SDPA, or ``fast_attention=False``), in
-float32 on CPU, to 1e-5, over every position (padding positions included).
+float32 on CPU, to 1e-5, over every position (padding positions included) on the padded layout; a
+packed batch (``pack_padding``, tests/test_packing.py) holds zeros at padding positions instead.
 """
 
 import functools
@@ -109,6 +110,16 @@ def test_gqa_heads_must_divide():
 # ---------------------------------------------------------------- through the encoder
 
 
+def assert_same(fast, dense, mask, packed: bool, msg: str = "") -> None:
+    """Equal at real tokens; at padding too on the padded layout, while a packed batch holds zeros there."""
+    keep = mask.bool()
+    torch.testing.assert_close(fast[keep], dense[keep], atol=TOL, rtol=0, msg=msg)
+    if packed:
+        assert not fast[~keep].any(), msg
+    else:
+        torch.testing.assert_close(fast, dense, atol=TOL, rtol=0, msg=msg)
+
+
 def count_routes(monkeypatch) -> list[str]:
     seen: list[str] = []
     original = attention.attend
@@ -133,14 +144,20 @@ SPECS = ["F*", "B*", "R*", "M0F*", "M0B*", "M2F*", "M2B*", "M9F*", "M9B*", "M20B
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("side", ["none", "right", "left", "both"])
-def test_encoder_fast_equals_dense_for_every_kind_and_family(family, side, monkeypatch):
+@pytest.mark.parametrize("pack", [False, True], ids=["padded", "packed"])
+def test_encoder_fast_equals_dense_for_every_kind_and_family(family, side, pack, monkeypatch):
     model = tiny_decoder(family)
     ids, mask = batch(side)
     seen = count_routes(monkeypatch)
     for spec in SPECS:
         dense = EncoderFromDecoder(model, spec, fast_attention=False)(ids, mask).last_hidden_state
-        fast = EncoderFromDecoder(model, spec, fast_attention=True)(ids, mask).last_hidden_state
-        torch.testing.assert_close(fast, dense, atol=TOL, rtol=0, msg=f"{family} {spec} {side}")
+        encoder = EncoderFromDecoder(model, spec, fast_attention=True, pack_padding=pack)
+        fast = encoder(ids, mask).last_hidden_state
+        packed = encoder._prepare(ids, mask, plans=[encoder.plan]).packed is not None
+        longest = int(mask.sum(-1).max())
+        cut = any(step.window is not None and step.window < longest for step in encoder.plan.layer_steps)
+        assert packed == (pack and side != "none" and not cut), (family, spec, side)
+        assert_same(fast, dense, mask, packed, msg=f"{family} {spec} {side}")
     # Every converted layer took a fast route; stock forward layers did unless a window cuts the batch.
     expected = []
     for spec in SPECS:
@@ -159,7 +176,7 @@ def test_combinators_fast_equals_dense(spec, side):
     model = tiny_decoder("qwen2")
     ids, mask = batch(side, seed=1)
     dense = EncoderFromDecoder(model, spec, fast_attention=False)(ids, mask).last_hidden_state
-    fast = EncoderFromDecoder(model, spec, fast_attention=True)(ids, mask).last_hidden_state
+    fast = EncoderFromDecoder(model, spec, fast_attention=True, pack_padding=False)(ids, mask).last_hidden_state
     torch.testing.assert_close(fast, dense, atol=TOL, rtol=0)
 
 
@@ -172,8 +189,11 @@ def test_sliding_window_layers_fast_equals_dense(family):
         mask[1, 2:] = 0
         for spec in ("F*", "F*2 | M0B*2", "F*3 | R"):
             dense = EncoderFromDecoder(model, spec, fast_attention=False)(ids, mask).last_hidden_state
-            fast = EncoderFromDecoder(model, spec, fast_attention=True)(ids, mask).last_hidden_state
-            torch.testing.assert_close(fast, dense, atol=TOL, rtol=0)
+            encoder = EncoderFromDecoder(model, spec, fast_attention=True)
+            fast = encoder(ids, mask).last_hidden_state
+            # On 3 tokens no window cuts, so the batch runs packed; on 11 the windowed layers keep it padded.
+            assert (encoder._prepare(ids, mask, plans=[encoder.plan]).packed is not None) == (seq == 3)
+            assert_same(fast, dense, mask, packed=seq == 3)
 
 
 @settings(deadline=None, max_examples=20)
@@ -190,7 +210,7 @@ def test_generated_specs_and_lengths_fast_equals_dense(case, family, lengths, si
     ids = torch.randint(3, 96, (len(lengths), seq), generator=torch.Generator().manual_seed(seq))
     mask = padding(lengths, seq, side)
     dense = EncoderFromDecoder(model, spec, fast_attention=False)(ids, mask).last_hidden_state
-    fast = EncoderFromDecoder(model, spec, fast_attention=True)(ids, mask).last_hidden_state
+    fast = EncoderFromDecoder(model, spec, fast_attention=True, pack_padding=False)(ids, mask).last_hidden_state
     torch.testing.assert_close(fast, dense, atol=TOL, rtol=0, msg=str(spec))
 
 
@@ -214,9 +234,10 @@ def test_forward_specs_fast_equals_dense():
     ids, mask = batch("left", seed=2)
     specs = ["F*", "F* | M0B*2", "F* | R*2", "F* | B | M0B"]
     dense = EncoderFromDecoder(model, "F*", fast_attention=False).forward_specs(ids, mask, specs)
-    fast = EncoderFromDecoder(model, "F*", fast_attention=True).forward_specs(ids, mask, specs)
-    for name in dense:
-        torch.testing.assert_close(fast[name], dense[name], atol=TOL, rtol=0)
+    for pack in (False, True):
+        fast = EncoderFromDecoder(model, "F*", fast_attention=True, pack_padding=pack).forward_specs(ids, mask, specs)
+        for name in dense:
+            assert_same(fast[name], dense[name], mask, packed=pack)
 
 
 # ---------------------------------------------------------------- when the fast path is off
@@ -287,7 +308,8 @@ def test_the_shared_config_never_changes_during_a_fast_call():
     assert seen == [] or set(seen) == {"sdpa"}  # the views are copies: hooks on the shared layers may not fire
     assert model.config._attn_implementation == "sdpa"
     encoder.fast_attention = False
-    assert torch.allclose(fast, encoder(ids, mask).last_hidden_state, atol=TOL)
+    keep = mask.bool()
+    assert torch.allclose(fast[keep], encoder(ids, mask).last_hidden_state[keep], atol=TOL)
 
 
 def test_the_fast_path_and_the_stock_model_interleave_across_threads():
