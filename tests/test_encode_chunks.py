@@ -10,7 +10,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
