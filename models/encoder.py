@@ -862,7 +862,7 @@ class EncoderFromDecoder(nn.Module):
                             host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
                             host.copy_(out, non_blocking=True)
                             event = torch.cuda.Event()
-                            event.record()
+                            event.record(torch.cuda.current_stream(out.device))  # the model's GPU, not the current one
                             pending.append((host, event, index, counts))
                         else:
                             pending.append((out.cpu(), None, index, counts))
