@@ -19,7 +19,8 @@ Padded rows run packed (``pack_padding``, the default above 5% padding); the col
 is the same fast path with ``pack_padding=False``.
 
 ``--encode`` times ``encode()`` against the forward alone on the same pre-tokenized, padded batches
-(sentences/s at ``--batch``; needs ``--tokenizer``, a tokenizer folder); ``--streams`` times INTER, EXTRA
+(sentences/s at ``--batch``; needs ``--tokenizer``, a tokenizer folder; on CUDA it then counts the synchronizing
+calls of one forward loop and one ``encode()``); ``--streams`` times INTER, EXTRA
 and EXTEND specs beside the ratio their layer passes predict; ``--compiled`` times ``compile=True``:
 
     python benchmarks/bench_encoder.py --encode --device cuda --dtype bfloat16 --arch qwen2.5-0.5b \
@@ -266,6 +267,7 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
     print("| spec | pack_padding | tokens/text | forward alone, texts/s | encode_tokens, texts/s | encode(), texts/s "
           "| encode / forward |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
+    syncs = []
     for spec in ("F*", f"F* | M0B*{ARCHS[args.arch]().num_hidden_layers // 2}"):
         for pack in (None, True):
             encoder = EncoderFromDecoder(model, spec, tokenizer, pack_padding=pack)
@@ -302,6 +304,28 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
             shown = spec.replace("|", "\\|")
             print(f"| `{shown}` | {pack} | {per_text:.0f} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} "
                   f"| {row[2] / row[0]:.2f} |", flush=True)  # fmt: skip
+            if args.device.startswith("cuda"):  # after the timings, so that the counting costs them nothing
+                counts = [count_syncs(fn) for fn in (forward_alone, through_encode)]
+                syncs.append(f"`{shown}`, pack_padding={pack}: forward loop {counts[0]}, encode() {counts[1]} "
+                             f"({len(groups)} batches)")  # fmt: skip
+    if syncs:
+        print("\nsynchronizing calls in one run (torch.cuda.set_sync_debug_mode; event waits not counted):")
+        for line in syncs:
+            print(f"- {line}")
+
+
+def count_syncs(fn) -> int:
+    """How many synchronizing CUDA calls ``fn()`` makes, as ``torch.cuda.set_sync_debug_mode`` reports them."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 def streams(args: argparse.Namespace) -> None:

@@ -56,14 +56,19 @@ class Layout:
 
     Args:
         attention_mask: ``(B, T)``, 1 (or True) for real tokens, 0 for padding, on either side.
+        lengths: the rows' real lengths, when already known on the host (then nothing here syncs).
+        front: whether every row's real tokens come first, when known on the host (else worked out on first use).
     """
 
-    def __init__(self, attention_mask: torch.Tensor) -> None:
+    def __init__(
+        self, attention_mask: torch.Tensor, lengths: list[int] | None = None, front: bool | None = None
+    ) -> None:
         real = attention_mask.bool()  # (B, T)
         self.real = real
         self.lengths = real.sum(-1)  # (B,)
         self.seq = real.shape[-1]
-        self.lengths_host: list[int] = self.lengths.tolist()  # one host sync; the layer loop needs none
+        # One host sync unless the caller knows the lengths; the layer loop needs none.
+        self.lengths_host: list[int] = self.lengths.tolist() if lengths is None else list(lengths)
         shortest, longest = (min(self.lengths_host), max(self.lengths_host)) if real.numel() else (self.seq, self.seq)
         self.max_length: int = longest
         self.total: int = sum(self.lengths_host)  # real tokens in the batch
@@ -74,7 +79,7 @@ class Layout:
         # `packed position of each token`: real tokens first in order (or reversed), then padding.
         self._forward_key = torch.where(real, pos, tail)
         self._reverse_key = torch.where(real, self.lengths[:, None] - 1 - pos, tail)
-        self._cache: dict[Any, Any] = {}
+        self._cache: dict[Any, Any] = {} if front is None else {"front": bool(front)}
 
     @property
     def front(self) -> bool:

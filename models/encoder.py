@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import warnings
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +34,13 @@ logger = logging.getLogger(__name__)
 
 # The default pack_padding=None packs a batch on the fast path when at least this share of its tokens is padding.
 PACK_MIN_PADDING = 0.05
+
+# On CUDA, encode() tokenizes its texts a chunk at a time while the GPU runs the batches of the chunks before:
+# the first chunk holds one batch (so the GPU starts at once), the others this many batches.
+ENCODE_CHUNK_BATCHES = 4
+# On CUDA, encode() brings a batch's vectors back to the host this many batches after launching it, so the host
+# never waits for the GPU inside the loop (the copy is long done by then) and holds a bounded number of batches.
+ENCODE_LAG_BATCHES = 4
 
 
 @dataclass
@@ -77,11 +86,12 @@ class _EncodeOptions:
         positive_int(self.batch_size, "batch_size")
         positive_int(self.max_length, "max_length")
 
-    def convert(self, rows: list[torch.Tensor], single: bool, tokens: bool, width: int) -> Any:
+    def convert(self, rows: list[torch.Tensor] | torch.Tensor, single: bool, tokens: bool) -> Any:
+        # rows: a list of (n_i, D) token states, or the (N, D) stacked sentence embeddings
         if tokens:
             out = [r.numpy() for r in rows] if self.convert_to_numpy and not self.convert_to_tensor else rows
             return out[0] if single else out
-        stacked = torch.stack(rows) if rows else torch.empty(0, width)
+        stacked = rows
         if self.convert_to_tensor or not self.convert_to_numpy:
             return stacked[0] if single else stacked
         array = stacked.numpy().astype(np.float32)
@@ -98,6 +108,14 @@ def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
         if any(s != steps[0] for s in steps[1:]):
             return start + i
     return start + min(map(len, tails))
+
+
+@dataclass
+class _HostBatch:
+    """What the host knows of a padded batch it built (encode's batches): the device never has to say it."""
+
+    lengths: list[int]  # each row's real tokens
+    front: bool  # every row's real tokens come first (right padding, or none)
 
 
 @dataclass
@@ -542,7 +560,10 @@ class EncoderFromDecoder(nn.Module):
         attention_mask: torch.Tensor | None,
         eager: bool | None = None,
         plans: Sequence[Plan] = (),
+        host: _HostBatch | None = None,
     ) -> _Batch:
+        # `host`: the batch comes from encode() (host tensors, pinned on CUDA): they are copied without waiting,
+        # and what the layout needs is read from `host`, so preparing the batch never waits for the device.
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
@@ -565,13 +586,17 @@ class EncoderFromDecoder(nn.Module):
                 f"attention_mask {tuple(attention_mask.shape)} does not match input_ids {tuple(input_ids.shape)}"
             )
         device = self.parts.embed_tokens.weight.device
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        if host is None:
+            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        else:  # a boolean mask: relative_positions then has no values to check (a check would wait for the device)
+            input_ids = input_ids.to(device, non_blocking=True)
+            attention_mask = attention_mask.to(device, non_blocking=True).bool()
         position_ids = relative_positions(attention_mask).clamp(min=0)  # (B, T), counted from each row's first token
         limit = self.parts.max_positions
         if limit is not None and input_ids.shape[1] > limit:
             raise ValueError(f"{input_ids.shape[1]} tokens exceed this model's {limit} learned positions; truncate")
         trained = self.parts.trained_positions
-        if trained is not None and input_ids.shape[1] > trained and int(position_ids.max()) >= trained:
+        if trained is not None and input_ids.shape[1] > trained and self._last_position(position_ids, host) >= trained:
             # One message per model (no token count in it), so Python's warning filter shows it once.
             warnings.warn(
                 f"inputs run past this model's max_position_embeddings ({trained}): its rotary positions "
@@ -589,7 +614,9 @@ class EncoderFromDecoder(nn.Module):
             and self.parts.fast_attention_applies
             and (self.fast_attention is True or device.type == "cuda")
         )
-        layout = Layout(attention_mask) if fast else None
+        layout = None
+        if fast:
+            layout = Layout(attention_mask) if host is None else Layout(attention_mask, host.lengths, host.front)
         packed = None
         if layout is not None and self._packs(layout, plans):
             packed = Packed(attention_mask, layout.lengths_host)
@@ -600,6 +627,11 @@ class EncoderFromDecoder(nn.Module):
         hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D), or (1, N, D) packed
         context = self.parts.position_context(hidden, position_ids)
         return _Batch(hidden, attention_mask, position_ids, context, eager, {}, packed or layout, packed)
+
+    @staticmethod
+    def _last_position(position_ids: torch.Tensor, host: _HostBatch | None) -> int:
+        # The largest position in the batch: the longest row's last token (read on the host when it knows).
+        return int(position_ids.max()) if host is None else max(host.lengths, default=1) - 1
 
     def _packs(self, layout: Layout, plans: Sequence[Plan]) -> bool:
         # Packing drops the padding before the first layer; it needs every layer step on a fast route, so a
@@ -683,6 +715,13 @@ class EncoderFromDecoder(nn.Module):
         Texts are sorted by length and batched; results come back in input order and, in float32,
         do not depend on the batch size, the padding side or the other texts in a batch (to about
         1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
+
+        On CUDA (with the fast path and packing not turned off) the GPU is kept busy: texts are tokenized a
+        chunk at a time (one batch, then four batches' worth) while the GPU runs the batches of the chunks
+        before, and sorted by length within each chunk (padding costs almost nothing once batches run packed);
+        batches are built on the host in pinned memory, and vectors come back to the host a few batches after
+        their launch, so the loop never waits for the GPU. Elsewhere all texts are tokenized first and sorted
+        together. Either way a text's vector depends on its batch only through the rounding above.
 
         A text without tokens (``""``, or only characters the tokenizer drops) gets a zero vector, also
         with ``normalize_embeddings=True`` (and a ``(0, D)`` array of token embeddings); each call that
@@ -775,52 +814,78 @@ class EncoderFromDecoder(nn.Module):
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()
-        plans = [self.plan_for(spec) for spec in specs]
-        names = [plan.name for plan in plans]
+        plans = list({plan.name: plan for plan in map(self.plan_for, specs)}.values())  # a repeated spec runs once
         texts, single = _texts.check_texts(sentences)
         template = opts.template
-        formats = template.formats if template is not None else (None,)
-        target, copy = (template.target, template.copy or 1) if template is not None else ("text", 1)
-        sink = self.sink_ids()
-        prompts = [
-            _texts.tokenize(
-                self.tokenizer,
-                texts,
-                instruction,
-                sink=sink,
-                max_length=opts.max_length,
-                template=f,
-                target=target,
-                copy=copy,
-            )
-            for f in formats
-        ]
-        truncated = sorted({i for tokens in prompts for i in tokens.truncated})
-        _texts.warn_about(replace(prompts[0], truncated=truncated), opts.max_length)
-        work = [(tokens, idx) for tokens in prompts for idx in _texts.batches(tokens.lengths, opts.batch_size)]
-        show = len(work) > 8 if opts.show_progress_bar is None else opts.show_progress_bar
-        results: dict[str, list[Any]] = {name: [None] * len(texts) for name in names}
+        prompts = len(template.formats) if template is not None else 1
+        device = self.parts.embed_tokens.weight.device
+        # On CUDA with packing (padding then costs almost nothing, so sorting by length matters little), texts are
+        # tokenized a chunk at a time while the GPU runs the chunks before, and sorted by length within each chunk;
+        # elsewhere all texts are tokenized first and sorted together (padding costs there).
+        overlap = self._tokenizes_in_chunks(device)
+        chunks = _texts.Chunks(
+            self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length, template=template,
+            first=opts.batch_size if overlap else None,
+            size=opts.batch_size * ENCODE_CHUNK_BATCHES if overlap else None,
+        )  # fmt: skip
+        total = prompts * sum(math.ceil(n / opts.batch_size) for n in chunks.sizes)
+        show = total > 8 if opts.show_progress_bar is None else opts.show_progress_bar
         token_output = opts.output_value == "token_embeddings"
-        for tokens, idx in tqdm(work, desc="encode", disable=not show, unit="batch"):
-            batch = self.encode_tokens(
-                tokens, idx, specs=plans, pooling=opts.pooling, padding_side=opts.padding_side,
-                token_embeddings=token_output,
-            )  # fmt: skip
-            for name, rows in batch.items():
-                for row, i in enumerate(idx):
-                    # several prompts (MetaEOL): the sum of their vectors, divided below
-                    results[name][i] = rows[row] if results[name][i] is None else results[name][i] + rows[row]
-        if not token_output:
-            for rows in results.values():
-                for i, vector in enumerate(rows):
-                    vector = vector / len(prompts) if len(prompts) > 1 else vector
-                    if opts.normalize_embeddings:
-                        vector = torch.nn.functional.normalize(vector, dim=-1)  # a zero vector stays zero
-                    rows[i] = vector
-        return {
-            name: opts.convert(rows, single, token_output, self.parts.config.hidden_size)
-            for name, rows in results.items()
-        }
+        width = self.parts.config.hidden_size
+        # Sentence embeddings: (specs, texts, D), each prompt's vectors added at their texts' rows (MetaEOL sums
+        # its prompts' vectors, in prompt order, and divides below); token embeddings: per spec, a list per text.
+        sums = torch.zeros(len(plans), 0 if token_output else len(texts), width)
+        states: list[list[Any]] = [[None] * len(texts) for _ in plans] if token_output else []
+        # Batches in flight: (vectors or token states on the host, copied without waiting on CUDA; the event that
+        # says the copy is done; the texts' indices; per row, its number of text tokens when token_output).
+        pending: deque[tuple[torch.Tensor, Any, torch.Tensor, list[int] | None]] = deque()
+
+        def take(done: tuple[torch.Tensor, Any, torch.Tensor, list[int] | None]) -> None:
+            host, event, index, counts = done
+            if event is not None:
+                event.synchronize()  # recorded ENCODE_LAG_BATCHES batches ago: normally long done
+            if counts is None:
+                sums.index_add_(1, index, host)  # one index operation per batch for all specs
+                return
+            for k, plan_states in enumerate(states):
+                for i, row in zip(index.tolist(), host[k].split(counts), strict=True):
+                    plan_states[i] = row
+
+        with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:
+            for chunk in chunks:
+                for tokens in chunk.prompts:
+                    for idx in _texts.batches(tokens.lengths, opts.batch_size):
+                        out, counts = self._encode_batch(tokens, idx, plans, opts.pooling, opts.padding_side,
+                                                         token_output)  # fmt: skip
+                        index = torch.tensor(idx, dtype=torch.long) + chunk.start
+                        if out.device.type == "cuda":
+                            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+                            host.copy_(out, non_blocking=True)
+                            event = torch.cuda.Event()
+                            event.record(torch.cuda.current_stream(out.device))  # the model's GPU, not the current one
+                            pending.append((host, event, index, counts))
+                        else:
+                            pending.append((out.cpu(), None, index, counts))
+                        lag = ENCODE_LAG_BATCHES if pending[-1][1] is not None else 0  # no lag on the host
+                        while len(pending) > lag:
+                            take(pending.popleft())
+                        bar.update(1)
+            while pending:
+                take(pending.popleft())
+        if token_output:
+            return {
+                plan.name: opts.convert([row.clone() for row in rows], single, True)
+                for plan, rows in zip(plans, states, strict=True)
+            }
+        if prompts > 1:
+            sums /= prompts
+        if opts.normalize_embeddings:
+            sums = torch.nn.functional.normalize(sums, dim=-1)  # a zero vector stays zero
+        return {plan.name: opts.convert(sums[k], single, False) for k, plan in enumerate(plans)}
+
+    def _tokenizes_in_chunks(self, device: torch.device) -> bool:
+        # Whether encode() overlaps tokenizing with the forward (see encode_specs); tests force it on the CPU.
+        return device.type == "cuda" and self.fast_attention is not False and self.pack_padding is not False
 
     def encode_tokens(
         self,
@@ -853,16 +918,46 @@ class EncoderFromDecoder(nn.Module):
         """
         rows = range(len(tokens)) if rows is None else rows
         plans = [self.plan] if specs is None else [self.plan_for(spec) for spec in specs]
-        ids, attn, text_mask = _texts.pad(tokens, rows, _texts.pad_id(self.tokenizer), padding_side)
-        out: dict[str, Any] = {}
+        plans = list({plan.name: plan for plan in plans}.values())
+        out, counts = self._encode_batch(tokens, rows, plans, pooling, padding_side, token_embeddings)
+        out = out.cpu()  # (specs, B, D), or (specs, n_text_tokens, D)
+        if counts is None:
+            return {plan.name: out[k] for k, plan in enumerate(plans)}
+        return {plan.name: list(out[k].split(counts)) for k, plan in enumerate(plans)}
+
+    def _encode_batch(
+        self,
+        tokens: _texts.Tokenized,
+        rows: Sequence[int],
+        plans: Sequence[Plan],
+        pooling: Pooling,
+        padding_side: str,
+        token_embeddings: bool,
+    ) -> tuple[torch.Tensor, list[int] | None]:
+        # One batch, left on the model's device with nothing waited for: (plans, B, D) float32 vectors, or the
+        # (plans, n, D) float32 states of the batch's n text tokens, row after row, and each row's count of them.
+        # On CUDA the host builds the batch in pinned memory and everything the layout needs (lengths, where the
+        # real tokens lie, which tokens are text) is read on the host: the only device work is queued.
+        device = self.parts.embed_tokens.weight.device
+        pinned = device.type == "cuda"
+        ids, attn, text_mask = _texts.pad(
+            tokens, rows, _texts.pad_id(self.tokenizer), padding_side, pin_memory=pinned
+        )  # (B, T) each, on the host
+        lengths = attn.sum(-1).tolist()
+        front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix
         with torch.inference_mode():
-            for name, hidden in self.forward_specs(ids, attn, plans).items():
-                text_mask = text_mask.to(hidden.device)
-                if token_embeddings:
-                    out[name] = [hidden[row][text_mask[row]].float().cpu() for row in range(len(rows))]
-                else:
-                    out[name] = pool(hidden, text_mask, pooling).float().cpu()  # (B, D)
-        return out
+            batch = self._prepare(ids, attn, plans=plans, host=_HostBatch(lengths, front))
+            out: dict[str, torch.Tensor] = {}
+            self._run_tree(list(plans), 0, {MAIN: batch.hidden}, batch, out)
+            if token_embeddings:
+                flat = text_mask.flatten().nonzero().squeeze(1)  # (n,) text tokens of (B * T), row after row
+                flat = flat.pin_memory() if pinned else flat
+                flat = flat.to(device, non_blocking=True)
+                counts = text_mask.sum(-1).tolist()
+                states = [batch.unpack(out[plan.name]).flatten(0, 1).index_select(0, flat).float() for plan in plans]
+                return torch.stack(states), counts
+            mask = text_mask.to(device, non_blocking=True)
+            return torch.stack([pool(batch.unpack(out[plan.name]), mask, pooling).float() for plan in plans]), None
 
     def sink_ids(self) -> list[int]:
         """The token ids put before every instruction and text (see ``sink_token``).

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -42,6 +42,8 @@ from nosink.layerspec.checks import positive_int, printable
 
 __all__ = [
     "TEXT",
+    "Chunk",
+    "Chunks",
     "Padded",
     "Template",
     "Tokenized",
@@ -337,10 +339,13 @@ def tokenize(
         n = len(instruction)
         heads, bodies, offsets = [], [], []
         for ids, spans in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
-            cut = sum(1 for _, end in spans if end <= n)
+            # Tokens ending by the instruction's end form the prefix; without an instruction those are the
+            # empty (0, 0) spans, counted at C speed, and the spans need no shift (the common case, per token).
+            plain = n == 0 and (not spans or type(spans[0]) is tuple)
+            cut = spans.count((0, 0)) if plain else sum(1 for _, end in spans if end <= n)
             heads.append(list(ids[:cut]))
             bodies.append(list(ids[cut:]))
-            offsets.append([(max(0, start - n), end - n) for start, end in spans[cut:]])
+            offsets.append(list(spans[cut:]) if plain else [(max(0, s - n), e - n) for s, e in spans[cut:]])
     else:
         head = list(tokenizer(instruction, add_special_tokens=False)["input_ids"]) if instruction else []
         heads = [head] * len(texts)
@@ -368,6 +373,108 @@ def tokenize(
                 if offsets is not None:
                     offsets[i] = offsets[i][:r]
     return Tokenized(prefixes, bodies, offsets, truncated)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Texts ``start`` to ``start + len(prompts[0]) - 1`` of a call, tokenized once per prompt of its template."""
+
+    start: int  # the index of the chunk's first text among the call's texts
+    prompts: list[Tokenized]  # one per template prompt (one without a template); indices within the chunk
+
+
+class Chunks:
+    """The texts of one call tokenized a chunk at a time, each chunk under every prompt of its template.
+
+    Iterating gives :class:`Chunk` values in order: the first holds ``first`` texts, the others ``size``
+    (all texts in one chunk by default). Each chunk is tokenized only when the iteration reaches it, so a
+    caller can run the batches of one chunk on a GPU while the next is tokenized. Each chunk goes through
+    :func:`tokenize` as it is; what the whole call adds:
+
+    - the truncation and empty-text warnings of :func:`warn_about` come once for all the texts, when the
+      last chunk has been tokenized (with one chunk: before the iteration yields it, as :func:`tokenize`
+      followed by :func:`warn_about` would);
+    - an error of :func:`tokenize` is the one that tokenizing all the texts at once would raise (the same
+      text index, the same count of texts affected), whichever chunk meets it first.
+
+    Args:
+        tokenizer, texts, instruction, sink, max_length: as for :func:`tokenize`.
+        template: a :class:`Template` (each of its prompts tokenizes every chunk), or ``None``.
+        first: the first chunk's number of texts; ``None``: ``size``.
+        size: every other chunk's number of texts; ``None``: all of them.
+        caller: who the warnings name.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        texts: Sequence[str],
+        instruction: str | None = None,
+        *,
+        sink: Sequence[int] = (),
+        max_length: int | None = None,
+        template: Template | None = None,
+        first: int | None = None,
+        size: int | None = None,
+        caller: str = "encode()",
+    ) -> None:
+        self.tokenizer, self.texts, self.instruction = tokenizer, list(texts), instruction
+        self.sink, self.max_length, self.caller = list(sink), max_length, caller
+        self.formats: tuple[str | None, ...] = template.formats if template is not None else (None,)
+        self.target: TemplateTarget = template.target if template is not None else "text"
+        self.copy = (template.copy or 1) if template is not None else 1
+        n = len(self.texts)
+        size = max(n, 1) if size is None else positive_int(size, "size")
+        first = size if first is None else positive_int(first, "first")
+        self.bounds: list[tuple[int, int]] = []
+        start = 0
+        while start < n:
+            stop = min(n, start + (first if not self.bounds else size))
+            self.bounds.append((start, stop))
+            start = stop
+
+    @property
+    def sizes(self) -> list[int]:
+        """Each chunk's number of texts."""
+        return [stop - start for start, stop in self.bounds]
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        truncated: set[int] = set()
+        empty: list[int] = []
+        for k, (start, stop) in enumerate(self.bounds):
+            prompts = self._tokenize(start, stop)
+            truncated.update(start + i for tokens in prompts for i in tokens.truncated)
+            empty.extend(start + i for i in prompts[0].empty)
+            if k == len(self.bounds) - 1:
+                _warn(sorted(truncated), empty, len(self.texts), self.max_length, self.caller)
+            yield Chunk(start, prompts)
+
+    def _tokenize(self, start: int, stop: int) -> list[Tokenized]:
+        try:
+            return self._prompts(self.texts[start:stop])
+        except (TypeError, ValueError) as err:
+            failed = err
+        if (start, stop) != (0, len(self.texts)):
+            self._prompts(self.texts)  # raises the whole call's error: its index and count, not the chunk's
+        raise failed
+
+    def _prompts(self, texts: list[str]) -> list[Tokenized]:
+        return [
+            tokenize(
+                self.tokenizer,
+                texts,
+                self.instruction,
+                sink=self.sink,
+                max_length=self.max_length,
+                template=f,
+                target=self.target,
+                copy=self.copy,
+            )
+            for f in self.formats
+        ]
 
 
 def _tokenize_template(
@@ -495,10 +602,13 @@ def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def pad(tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right") -> Padded:
+def pad(
+    tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right", *, pin_memory: bool = False
+) -> Padded:
     """The inputs ``rows`` of ``tokens`` as one padded batch, padded on ``side`` (``right`` or ``left``).
 
-    An all-empty batch still has one (padding) column.
+    An all-empty batch still has one (padding) column. With ``pin_memory`` the tensors are in pinned
+    (page-locked) memory, so that copies to a GPU with ``non_blocking=True`` do not wait for it.
 
     Raises:
         ValueError: for a ``side`` other than ``right`` or ``left``.
@@ -515,7 +625,8 @@ def pad(tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right"
     flat = list(chain.from_iterable(tokens.prefix_ids[i] + tokens.text_ids[i] + tokens.suffix(i) for i in rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     ids[real] = torch.tensor(flat, dtype=torch.long)  # row-major order: each row's tokens, in order
-    return Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
+    out = Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
+    return Padded(*(t.pin_memory() for t in out)) if pin_memory else out
 
 
 def join_words(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
@@ -554,20 +665,23 @@ def warn_about(tokens: Tokenized, max_length: int | None, caller: str = "encode(
 
     Each names how many texts it concerns (and the first few indices); nothing is said per text.
     """
+    _warn(tokens.truncated, tokens.empty, len(tokens), max_length, caller)
+
+
+def _warn(truncated: list[int], empty: list[int], n: int, max_length: int | None, caller: str) -> None:
     level = _stacklevel()
-    n = len(tokens)
-    if tokens.truncated:
-        cut = _texts(tokens.truncated, n, "was", "were")
+    if truncated:
+        cut = _texts(truncated, n, "was", "were")
         warnings.warn(
             f"{caller}: {cut} cut to max_length={max_length} tokens, sink token and instruction included "
-            f"({_indices(tokens.truncated)}); raise max_length to keep more of them",
+            f"({_indices(truncated)}); raise max_length to keep more of them",
             UserWarning,
             stacklevel=level,
         )
-    if tokens.empty:
-        empty = _texts(tokens.empty, n, "has", "have")
+    if empty:
+        some = _texts(empty, n, "has", "have")
         warnings.warn(
-            f"{caller}: {empty} no tokens ({_indices(tokens.empty)}); a text without tokens gets a zero vector, "
+            f"{caller}: {some} no tokens ({_indices(empty)}); a text without tokens gets a zero vector, "
             "also with normalize_embeddings=True",
             UserWarning,
             stacklevel=level,
