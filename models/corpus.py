@@ -42,6 +42,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -376,6 +377,57 @@ def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
                 first = seen.setdefault(r.id, r)
                 if first is not r:
                     raise DuplicateIdError(str(job.source), r.id, first, r)
+
+
+_END = object()
+
+
+class _Prefetch:
+    """The items of an iterator, each made on a background thread while the caller works on the one before.
+
+    At most two items are alive: the caller's and the next one (the thread waits for the caller to take an
+    item before making another). An error in the thread is raised in the caller, at that item.
+    """
+
+    def __init__(self, items: Iterator[Any], name: str) -> None:
+        self.items, self.stopped = items, False
+        self.slot = threading.Semaphore(1)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._make, name=name, daemon=True)
+        self.thread.start()
+
+    def _make(self) -> None:
+        try:
+            while True:
+                self.slot.acquire()
+                if self.stopped:
+                    return
+                item = next(self.items, _END)
+                self.queue.put(item)
+                if item is _END:
+                    return
+        except BaseException as err:  # handed to the caller
+            self.queue.put(_Failed(err))
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item = self.queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            self.slot.release()  # the thread may make the next one
+            yield item
+
+    def close(self) -> None:
+        self.stopped = True
+        self.slot.release()
+        self.thread.join()
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
 
 
 # --------------------------------------------------------------------------- processes
@@ -1012,7 +1064,7 @@ def _encode_shards(
     """
     records: list[dict[str, Any]] = []
     pending: Future[dict[str, Any]] | None = None
-    reader = _texts.Prefetch(_read_shards(job, todo), "nosink-corpus-reader")
+    reader = _Prefetch(_read_shards(job, todo), "nosink-corpus-reader")
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nosink-corpus-writer") as writer:
             for shard in reader:

@@ -851,33 +851,27 @@ class EncoderFromDecoder(nn.Module):
                 for i, row in zip(index.tolist(), host[k].split(counts), strict=True):
                     plan_states[i] = row
 
-        # On CUDA the next chunk is tokenized on a thread while this one's batches are launched.
-        source = _texts.Prefetch(iter(chunks), "nosink-encode-tokenize") if overlap else None
-        try:
-            with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:
-                for chunk in source if source is not None else chunks:
-                    for tokens in chunk.prompts:
-                        for idx in _texts.batches(tokens.lengths, opts.batch_size):
-                            out, counts = self._encode_batch(tokens, idx, plans, opts.pooling, opts.padding_side,
-                                                             token_output)  # fmt: skip
-                            index = torch.tensor(idx, dtype=torch.long) + chunk.start
-                            if out.device.type == "cuda":
-                                host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-                                host.copy_(out, non_blocking=True)
-                                event = torch.cuda.Event()
-                                event.record(torch.cuda.current_stream(out.device))  # the model's GPU
-                                pending.append((host, event, index, counts))
-                            else:
-                                pending.append((out.cpu(), None, index, counts))
-                            lag = ENCODE_LAG_BATCHES if pending[-1][1] is not None else 0  # no lag on the host
-                            while len(pending) > lag:
-                                take(pending.popleft())
-                            bar.update(1)
-                while pending:
-                    take(pending.popleft())
-        finally:
-            if source is not None:
-                source.close()
+        with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:
+            for chunk in chunks:
+                for tokens in chunk.prompts:
+                    for idx in _texts.batches(tokens.lengths, opts.batch_size):
+                        out, counts = self._encode_batch(tokens, idx, plans, opts.pooling, opts.padding_side,
+                                                         token_output)  # fmt: skip
+                        index = torch.tensor(idx, dtype=torch.long) + chunk.start
+                        if out.device.type == "cuda":
+                            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+                            host.copy_(out, non_blocking=True)
+                            event = torch.cuda.Event()
+                            event.record(torch.cuda.current_stream(out.device))  # the model's GPU, not the current one
+                            pending.append((host, event, index, counts))
+                        else:
+                            pending.append((out.cpu(), None, index, counts))
+                        lag = ENCODE_LAG_BATCHES if pending[-1][1] is not None else 0  # no lag on the host
+                        while len(pending) > lag:
+                            take(pending.popleft())
+                        bar.update(1)
+            while pending:
+                take(pending.popleft())
         if token_output:
             return {
                 plan.name: opts.convert([row.clone() for row in rows], single, True)

@@ -28,9 +28,7 @@ token (``target="last"``). Only the middle part is pooled.
 from __future__ import annotations
 
 import math
-import queue
 import sys
-import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +45,6 @@ __all__ = [
     "Chunk",
     "Chunks",
     "Padded",
-    "Prefetch",
     "Template",
     "Tokenized",
     "batches",
@@ -384,66 +381,6 @@ class Chunk:
 
     start: int  # the index of the chunk's first text among the call's texts
     prompts: list[Tokenized]  # one per template prompt (one without a template); indices within the chunk
-
-
-_END = object()
-
-
-class Prefetch:
-    """The items of an iterator, each made on a background thread while the caller works on the one before.
-
-    Used where reading or tokenizing can overlap the model's work: :meth:`EncoderFromDecoder.encode_specs
-    <nosink.models.encoder.EncoderFromDecoder.encode_specs>` tokenizes the next chunk of texts on CUDA, and
-    corpus encoding reads and tokenizes the next shard. The fast tokenizers release the interpreter while
-    they split texts, so that part runs beside the thread that launches GPU kernels.
-
-    Args:
-        items: the iterator (a generator, say); it runs on the thread.
-        name: the thread's name.
-
-    At most two items are alive: the caller's and the next one (the thread waits for the caller to take an
-    item before making another). An error in the thread is raised in the caller, at that item.
-    """
-
-    def __init__(self, items: Iterator[Any], name: str) -> None:
-        self.items, self.stopped = items, False
-        self.slot = threading.Semaphore(1)
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._make, name=name, daemon=True)
-        self.thread.start()
-
-    def _make(self) -> None:
-        try:
-            while True:
-                self.slot.acquire()
-                if self.stopped:
-                    return
-                item = next(self.items, _END)
-                self.queue.put(item)
-                if item is _END:
-                    return
-        except BaseException as err:  # handed to the caller
-            self.queue.put(_Failed(err))
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            item = self.queue.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failed):
-                raise item.error
-            self.slot.release()  # the thread may make the next one
-            yield item
-
-    def close(self) -> None:
-        self.stopped = True
-        self.slot.release()
-        self.thread.join()
-
-
-@dataclass(frozen=True)
-class _Failed:
-    error: BaseException
 
 
 class Chunks:
