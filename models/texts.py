@@ -509,13 +509,15 @@ def _tokenize_template(
             if first == end:  # nothing to pool whatever the prompt: keep the input within max_length
                 rows[i] = (row[0][:room], (min(first, room),) * 2, [])
                 continue
-            fitted = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
+            fitted: _Row | None = _fit(tokenizer, text, instruction, parts, which, row, room, fast)
+            shortest = 0
             if len(fitted[0]) > room or fitted[1][0] == fitted[1][1]:
                 # Not even one token of the text fits, or what fits leaves nothing to pool (the cut text
-                # merged into the prompt): never a silent zero vector. The uncut row is what surely fits.
-                shortest = fitted[0] if len(fitted[0]) > room else row[0]
+                # merged into the prompt): look at every cut, never a silent zero vector.
+                fitted, shortest = _cuts(tokenizer, text, instruction, parts, which, row, room, fast)
+            if fitted is None:
                 raise ValueError(
-                    f"text {i} needs at least {len(sink) + len(shortest)} tokens with the sink token, instruction "
+                    f"text {i} needs at least {len(sink) + shortest} tokens with the sink token, instruction "
                     f"and template around one token of it, leaving no room for text within max_length={max_length}: "
                     "raise max_length or shorten the instruction or template"
                 )
@@ -589,6 +591,31 @@ def _fit(
         else:  # the pieces are tokenized apart: cutting the ids is exact
             row = _slow_row(tokenizer, instruction, parts, which, alone_ids[:keep])
     return row
+
+
+def _cuts(
+    tokenizer: Any, text: str, instruction: str, parts: list[str], which: int, row: _Row, room: int, fast: bool
+) -> tuple[_Row | None, int]:
+    # Where the greedy cut of _fit fails (cut texts can merge into the prompt, so a row's length and what it
+    # pools are not monotone in the tokens kept): every cut, longest first. The longest row within `room` that
+    # still pools a token, and the length of the shortest row that does (the uncut row always does).
+    alone = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True) if fast else None
+    alone_ids = list(alone["input_ids"]) if alone is not None else _ids(tokenizer, text)
+    best: _Row | None = None
+    shortest = len(row[0])
+    for keep in range(len(alone_ids) - 1, 0, -1):
+        if alone is not None:
+            cut = _template_row_fast(
+                tokenizer, [text[: alone["offset_mapping"][keep - 1][1]]], instruction, parts, which
+            )[0]
+        else:
+            cut = _slow_row(tokenizer, instruction, parts, which, alone_ids[:keep])
+        if cut[1][0] == cut[1][1]:
+            continue
+        shortest = min(shortest, len(cut[0]))
+        if best is None and len(cut[0]) <= room:
+            best = cut
+    return best, shortest
 
 
 def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

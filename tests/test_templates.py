@@ -327,6 +327,7 @@ any_text = st.text(st.characters(codec="utf-8"), max_size=30)
     st.one_of(st.none(), st.integers(1, 40)),
 )
 @example(["\x06\x80"], None, ECHO, 7)  # found by CI: the cut text merged into the prompt, nothing left to pool
+@example(["\x06:0"], None, ECHO, 6)  # the one-token cut merges: the needed length is a longer cut's
 def test_fuzzed_templated_rows_lose_nothing_and_fit(smollm2_tokenizer, texts, instruction, template, max_length):
     tok = smollm2_tokenizer
     args = dict(sink=[1], template=template.formats[0], target=template.target, copy=template.copy or 1)
