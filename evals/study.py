@@ -50,11 +50,21 @@ __all__ = [
     "Task",
     "TemplateResult",
     "choose_by_family",
+    "comparisons",
+    "comparisons_table",
     "exit_candidates",
+    "exits_table",
     "grid",
     "mean_over_seeds",
     "ner_study",
+    "ner_table",
+    "overall_choice",
+    "plot_exits",
+    "plot_study",
+    "results_table",
     "run_template",
+    "study_task",
+    "template_row",
 ]
 
 logger = logging.getLogger(__name__)
@@ -401,7 +411,9 @@ def run_template(
 
     grid_cands = list(restrict.values()) if restrict is not None else list(candidates)
     extra = [suggestion] if suggestion is not None and suggestion not in grid_cands else []
-    choose_scores = score_choose(grid_cands + extra)
+    # F*'s exits share every layer with F*: they come free in the grid's pass
+    f_exits = exit_candidates(Candidate("F*", "F*"), encoder.depth, exits) if "F*" in exit_families else []
+    choose_scores = score_choose(grid_cands + extra + f_exits)
     if restrict is not None:
         chosen_cands = dict(restrict)
     else:
@@ -414,6 +426,7 @@ def run_template(
     exit_cands = {
         fam: exit_candidates(chosen_cands[fam], encoder.depth, exits) for fam in families if fam in chosen_cands
     }
+    exit_cands = {fam: cs for fam, cs in exit_cands.items() if cs}
     every_exit = [c for cs in exit_cands.values() for c in cs]
     if every_exit:
         choose_scores |= score_choose(every_exit)
@@ -607,6 +620,123 @@ def overall_choice(results: Sequence[TemplateResult]) -> dict[str, Any]:
     return {"template": best[0], "family": best[1], "spec": best[2].candidate.name, "choose": best[2].choose}
 
 
+# ---------------------------------------------------------------------------------------- tables and plots
+
+
+def _ci(row: Mapping[str, Any]) -> str:
+    return f"{row['report']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
+
+
+def _cell(spec: str | None) -> str:
+    return "`" + (spec or "").replace("|", "\\|") + "`"
+
+
+def results_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """A Markdown table of a study JSON: per template and family, the spec chosen, its choosing score, and
+    its reported score with the 95% interval; then the baselines' payloads (``baseline_task``) by name."""
+    lines = [
+        "| template | family | spec (chosen) | choose | report [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for t in payload["templates"]:
+        for fam, row in t["chosen"].items():
+            lines.append(f"| {t['template']} | {fam} | {_cell(row['name'])} | {row['choose']:.3f} | {_ci(row)} |")
+    for name, base in (baselines or {}).items():
+        lines.append(f"| - | {name} | (trained encoder) | {base['result']['choose']:.3f} | {_ci(base['result'])} |")
+    return "\n".join(lines)
+
+
+def comparisons_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's paired comparisons: A - B with its interval and one-sided p-value."""
+    lines = ["| comparison | A | B | A - B [95% CI] | p (A not better) |", "|---|---|---|---|---|"]
+    for c in payload["comparisons"]:
+        a = c["a"] + " " + _cell(c["a_spec"]) if "a_spec" in c else _cell(c["a"])
+        b = c["b"] + " " + _cell(c["b_spec"]) if "b_spec" in c else _cell(c["b"])
+        delta = f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+        lines.append(f"| {c['comparison']} | {a} | {b} | {delta} | {c['p_value']:.3f} |")
+    return "\n".join(lines)
+
+
+def exits_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's early exits: per family and exit, both scores (full depth: ``-``)."""
+    lines = ["| template | family | exit layer | choose | report [95% CI] |", "|---|---|---|---|---|"]
+    for t in payload["templates"]:
+        for fam, rows in t["exits"].items():
+            for row in sorted(rows, key=lambda r: r["exit_layer"] or 10**6):
+                chosen = " (chosen)" if row["name"] == t["exit_choice"][fam] else ""
+                where = row["exit_layer"] if row["exit_layer"] is not None else "all"
+                head = f"| {t['template']} | {fam} {_cell(row['spec'])} | {where}{chosen}"
+                lines.append(f"{head} | {row['choose']:.3f} | {_ci(row)} |")
+    return "\n".join(lines)
+
+
+def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """A Markdown table of a NER study JSON: every candidate's choosing-half and reporting-half F1 (mean of seeds)."""
+    chosen = set(payload["chosen"].values())
+    lines = ["| family | spec | choose half | report half [95% CI] | per seed |", "|---|---|---|---|---|"]
+    for name, base in [(None, payload), *((baselines or {}).items())]:
+        for row in base["rows"]:
+            label = name or row["family"]
+            spec = _cell(row["name"]) + (" (chosen)" if name is None and row["name"] in chosen else "")
+            seeds = ", ".join(f"{x:.3f}" for x in row["per_seed"])
+            lines.append(f"| {label} | {spec} | {row['choose']:.3f} | {_ci(row)} | {seeds} |")
+    return "\n".join(lines)
+
+
+def plot_study(
+    payloads: Mapping[str, Mapping[str, Any]],
+    path: str | Path,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str = "",
+) -> Path:
+    """Reported scores with 95% intervals, one panel per model, templates on the x axis, one bar per family;
+    baselines as horizontal lines."""
+    from nosink.evals.plotting import figure, save
+
+    fig, axes = figure(1, len(payloads), figsize=(5.5 * len(payloads), 4), squeeze=False, sharey=True)
+    families = [*FAMILIES, "SUGGESTED"]
+    for ax, (model, payload) in zip(axes[0], payloads.items(), strict=True):
+        names = [t["template"] for t in payload["templates"]]
+        for j, fam in enumerate(families):
+            xs, ys, err = [], [], [[], []]
+            for i, t in enumerate(payload["templates"]):
+                row = t["chosen"].get(fam)
+                if row is not None:
+                    xs.append(i + (j - 1.5) * 0.2)
+                    ys.append(row["report"])
+                    err[0].append(row["report"] - row["low"])
+                    err[1].append(row["high"] - row["report"])
+            if xs:
+                ax.bar(xs, ys, width=0.2, yerr=err, capsize=2, label=fam)
+        for k, (name, base) in enumerate((baselines or {}).items()):
+            ax.axhline(base["result"]["report"], color=f"C{5 + k}", linestyle="--", label=name)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_title(model)
+        ax.set_ylabel(payload["metric"])
+    axes[0][0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)
+
+
+def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
+    """The reported score against the exit layer, per model and family (the full depth is the last point)."""
+    from nosink.evals.plotting import figure, save
+
+    fig, ax = figure(1, 1, figsize=(6, 4))
+    for model, payload in payloads.items():
+        for t in payload["templates"]:
+            for fam, rows in t["exits"].items():
+                pts = sorted((r["exit_layer"] or payload["depth"], r["report"]) for r in rows)
+                ax.plot(*zip(*pts, strict=True), marker="o", label=f"{model} {t['template']} {fam}")
+    ax.set_xlabel("exit layer (layers run)")
+    ax.set_ylabel("reported score")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    return save(fig, path)
+
+
 # ---------------------------------------------------------------------------------------- the driver
 
 
@@ -794,6 +924,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--exits", type=int, nargs="*", default=[], help="exit layers to try")
     parser.add_argument("--exit-templates", nargs="*", default=[NO_TEMPLATE])
+    parser.add_argument(
+        "--restricted",
+        nargs="*",
+        default=["MetaEOL"],
+        help="templates scored only at the specs the first template chose (no grid of their own)",
+    )
     parser.add_argument("--sts-choose", type=int, default=300, help="STS-B dev pairs to choose on")
     parser.add_argument("--sts-report", type=int, help="STS-B test pairs to report on (default all 1,379)")
     parser.add_argument("--cls-train", type=int, default=1000)
@@ -842,11 +978,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         texts = _sink_texts(data)
         suggestion, why = suggestion_for(encoder, texts)
         meta["suggestion"] = why | {"profile_texts": len(texts)}
-    meta |= {"depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits}
+    meta |= {
+        "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
+        "restricted_templates": args.restricted,
+    }  # fmt: skip
     for key, task in tasks.items():
         study_task(
             encoder, task, out / f"{key}.json", templates, candidates, suggestion, args.exits, exit_templates,
-            meta=meta | {"data": sizes[key]}, batch_size=args.batch_size,
+            restricted=args.restricted, meta=meta | {"data": sizes[key]}, batch_size=args.batch_size,
         )  # fmt: skip
     if "ner" in args.tasks:
         train, dev = _conll(data, args.ner_train, args.ner_dev)
