@@ -711,6 +711,7 @@ def plot_study(
         for k, (name, base) in enumerate((baselines or {}).items()):
             ax.axhline(base["result"]["report"], color=f"C{5 + k}", linestyle="--", label=name)
         ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_xlim(-0.6, max(len(names), 3) - 0.4)  # bars keep their width when a model has few templates
         ax.set_title(model)
         ax.set_ylabel(payload["metric"])
     axes[0][0].legend(fontsize=7)
