@@ -724,15 +724,15 @@ def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, titl
     """The reported score against the exit layer, per model and family (the full depth is the last point)."""
     from nosink.evals.plotting import figure, save
 
-    fig, ax = figure(1, 1, figsize=(6, 4))
+    fig, ax = figure(1, 1, figsize=(9, 4.5))
     for model, payload in payloads.items():
         for t in payload["templates"]:
             for fam, rows in t["exits"].items():
                 pts = sorted((r["exit_layer"] or payload["depth"], r["report"]) for r in rows)
                 ax.plot(*zip(*pts, strict=True), marker="o", label=f"{model} {t['template']} {fam}")
-    ax.set_xlabel("exit layer (layers run)")
+    ax.set_xlabel("exit layer (layers run; the last point of each line is the full depth)")
     ax.set_ylabel("reported score")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     if title:
         ax.set_title(title)
     return save(fig, path)
