@@ -176,3 +176,38 @@ def test_sink_profile_suggestions_table_equals_profiles_json():
 def test_table_reader_sees_escaped_bars_and_drops_rules():
     text = "| a | b |\n|---|---|\n| `F* \\| B` | 0.5 |\n\nprose\n"
     assert tables(text) == [[["a", "b"], ["`F* | B`", "0.5"]]]
+
+
+STUDY = RESULTS / "study"
+
+
+def study_baselines(task: str) -> dict:
+    """The trained encoders' results on the same task and data, by name."""
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((STUDY / "baselines").glob(f"*/{task}.json"))}
+
+
+def test_study_tables_are_the_tables_of_its_json():
+    """Every table of docs/results/study.md that a study JSON gives is in the page as that JSON renders it."""
+    from nosink.evals.study import comparisons_table, exits_table, ner_table, results_table
+
+    page = (RESULTS / "study.md").read_text()
+    payloads = [p for p in sorted(STUDY.glob("*/*.json")) if p.parent.name != "baselines"]
+    assert payloads
+    for path in payloads:
+        payload = json.loads(path.read_text())
+        if path.stem == "ner":
+            want = [ner_table(payload, study_baselines("ner"))]
+        else:
+            want = [results_table(payload, study_baselines(path.stem)), comparisons_table(payload)]
+            if any(t["exits"] for t in payload["templates"]):
+                want.append(exits_table(payload))
+        for text in want:
+            assert text in page, f"{path.relative_to(RESULTS)}: a table is missing or differs from its JSON"
+
+
+def test_study_page_figures_exist():
+    page = (RESULTS / "study.md").read_text()
+    figures = re.findall(r"\]\((study/[^)]+\.png)\)", page)
+    assert figures
+    for figure in figures:
+        assert (RESULTS / figure).is_file(), figure

@@ -1,0 +1,1035 @@
+"""The study of layer specs x prompt templates x early exits, chosen on one split and reported on another.
+
+For one model and one task the study runs, for each template (mean pooling with the task's instruction,
+or a published prompt template of :mod:`nosink.models.templates`):
+
+1. **choose**: every candidate of the grid (``F*``, INPLACE-BIDIR ``F* | B*k``, MASK0&BIDIR
+   ``F* | B*(k-k0) | M0B*k0``) is scored on the choosing split, all specs in one pass per batch (their
+   shared lower layers run once); each family keeps its best spec there;
+2. **report**: the kept specs, the suggestion of :func:`nosink.evals.sinks.suggest_spec`, and early exits
+   (``F*`` and the best family's spec cut after layer m) are scored on the reporting split, as
+   :class:`~nosink.evals.stats.Statistic` values, so every reported number gets a bootstrap interval
+   and any two of them a paired comparison.
+
+Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units) and
+classification (:class:`ClassificationTask`, logistic regression on frozen embeddings, items as units);
+token-level NER goes through :func:`ner_study` (linear probes, several seeds, CoNLL dev in halves).
+
+>>> [c.name for c in grid(8, ks=[4], k0s=[1, 2])]
+['F*', 'F* | B*4', 'F* | B*3 | M0B', 'F* | B*2 | M0B*2']
+>>> choose_by_family({Candidate("F*", "F*"): 0.3, Candidate("INPLACE-BIDIR", "F* | B*4"): 0.5})["INPLACE-BIDIR"].name
+'F* | B*4'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from nosink import EncoderFromDecoder
+from nosink.evals import stats
+from nosink.layerspec import Plan, SpecError, as_spec, presets
+
+__all__ = [
+    "NO_TEMPLATE",
+    "Candidate",
+    "ClassificationTask",
+    "EmbeddingCache",
+    "NERStudy",
+    "STSTask",
+    "Scored",
+    "Task",
+    "TemplateResult",
+    "choose_by_family",
+    "comparisons",
+    "comparisons_table",
+    "exit_candidates",
+    "exits_table",
+    "grid",
+    "mean_over_seeds",
+    "ner_study",
+    "ner_table",
+    "overall_choice",
+    "plot_exits",
+    "plot_study",
+    "results_table",
+    "run_template",
+    "study_task",
+    "template_row",
+]
+
+logger = logging.getLogger(__name__)
+
+NO_TEMPLATE = "instruction"
+"""The name of the configuration without a template: mean pooling over the text, the task's instruction before it."""
+
+FAMILIES = ("F*", "INPLACE-BIDIR", "MASK0&BIDIR")
+"""The spec families of the grid, in the order tables show them."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One spec of the study, possibly cut after an exit layer.
+
+    Attributes:
+        family: ``F*``, ``INPLACE-BIDIR``, ``MASK0&BIDIR`` or ``SUGGESTED``.
+        spec: the canonical spec string.
+        exit_layer: the decoder cut after this many layers, or ``None`` for all of them.
+    """
+
+    family: str
+    spec: str
+    exit_layer: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", str(as_spec(self.spec)))
+
+    @property
+    def name(self) -> str:
+        """The name :meth:`EncoderFromDecoder.encode_specs` gives its plan (``Plan.name``)."""
+        return self.spec if self.exit_layer is None else f"{self.spec} @ exit {self.exit_layer}"
+
+    def plan(self, encoder: EncoderFromDecoder) -> Plan:
+        """This candidate compiled for ``encoder`` (``exit_layer`` ``None``: the encoder's own exit, all layers
+        for an encoder loaded without one)."""
+        return encoder.plan_for(self.spec, exit_layer=self.exit_layer)
+
+    def row(self) -> dict[str, Any]:
+        """A flat dict for JSON."""
+        return {"family": self.family, "spec": self.spec, "exit_layer": self.exit_layer, "name": self.name}
+
+
+def grid(depth: int, ks: Sequence[int] | None = None, k0s: Sequence[int] = (1, 2, 4)) -> list[Candidate]:
+    """The study's grid: ``F*``, ``F* | B*k`` for each k, and ``F* | B*(k-k0) | M0B*k0`` for each k0 < k.
+
+    Args:
+        depth: the decoder's number of layers.
+        ks: the numbers of converted layers; by default a quarter, half and two thirds of the depth.
+        k0s: the numbers of top layers that also hide the sink.
+
+    Raises:
+        ValueError: for a k outside 1..depth or a k0 below 1.
+    """
+    ks = sorted({max(1, depth // 4), max(1, depth // 2), max(1, 2 * depth // 3)}) if ks is None else list(ks)
+    if any(not 1 <= k <= depth for k in ks) or any(k0 < 1 for k0 in k0s):
+        raise ValueError(f"need 1 <= k <= {depth} and k0 >= 1, got ks={ks}, k0s={list(k0s)}")
+    out = [Candidate("F*", "F*")]
+    out += [Candidate("INPLACE-BIDIR", str(presets.inplace_bidir(k))) for k in ks]
+    out += [Candidate("MASK0&BIDIR", str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
+    return out
+
+
+def exit_candidates(candidate: Candidate, depth: int, exits: Sequence[int]) -> list[Candidate]:
+    """``candidate`` cut after each layer of ``exits`` below ``depth`` where its spec fits the cut decoder.
+
+    The spec is resolved against the first m layers (``F* | B*8`` at exit 20 converts layers 12-19),
+    so a converted spec at an exit runs its converted layers again above the shared forward ones.
+    """
+    out = []
+    for m in sorted(set(exits)):
+        if not 1 <= m < depth:
+            continue
+        try:
+            as_spec(candidate.spec).resolve(depth, exit_layer=m)
+        except SpecError:
+            continue
+        out.append(Candidate(candidate.family, candidate.spec, m))
+    return out
+
+
+def choose_by_family(scores: Mapping[Candidate, float], full_depth_only: bool = True) -> dict[str, Candidate]:
+    """Each family's best candidate by ``scores`` (the first of equal scores, in the mapping's order).
+
+    Args:
+        scores: candidate -> score on the choosing split.
+        full_depth_only: leave early-exit candidates out (they are chosen separately).
+    """
+    best: dict[str, Candidate] = {}
+    for candidate, score in scores.items():
+        if full_depth_only and candidate.exit_layer is not None:
+            continue
+        if candidate.family not in best or score > scores[best[candidate.family]]:
+            best[candidate.family] = candidate
+    return best
+
+
+# ---------------------------------------------------------------------------------------- embeddings
+
+
+class EmbeddingCache:
+    """Sentence embeddings of one encoder under one template and instruction, per candidate and text.
+
+    :meth:`vectors` encodes only the texts a candidate has not seen yet, with every candidate that
+    lacks any of them in one :meth:`~EncoderFromDecoder.encode_specs` pass (shared layers run once).
+    Embeddings are kept unnormalised; :attr:`seconds` and :attr:`texts_encoded` add up the work done.
+    """
+
+    def __init__(
+        self,
+        encoder: EncoderFromDecoder,
+        template: str | None = None,
+        instruction: str | None = None,
+        batch_size: int = 32,
+        max_length: int = 512,
+    ) -> None:
+        self.encoder, self.template, self.instruction = encoder, template, instruction
+        self.batch_size, self.max_length = batch_size, max_length
+        self._store: dict[str, dict[str, np.ndarray]] = {}
+        self.seconds = 0.0
+        self.texts_encoded = 0
+
+    def vectors(self, candidates: Sequence[Candidate], texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """``{candidate name: (len(texts), D) array}`` in the order of ``texts``."""
+        unique = list(dict.fromkeys(texts))
+        missing = {c.name: [t for t in unique if t not in self._store.get(c.name, {})] for c in candidates}
+        todo = [c for c in candidates if missing[c.name]]
+        if todo:
+            union = list(dict.fromkeys(t for c in todo for t in missing[c.name]))
+            start = time.perf_counter()
+            out = self.encoder.encode_specs(
+                [c.plan(self.encoder) for c in todo],
+                union,
+                None if self.template is not None else self.instruction,
+                template=self.template,
+                batch_size=self.batch_size,
+                max_length=self.max_length,
+                show_progress_bar=False,
+            )
+            took = time.perf_counter() - start
+            self.seconds += took
+            self.texts_encoded += len(union)
+            logger.info(
+                "%s: %d texts x %d specs in %.1f s (%.1f texts/s)",
+                self.template or NO_TEMPLATE, len(union), len(todo), took, len(union) / max(took, 1e-9),
+            )  # fmt: skip
+            for c in todo:
+                self._store.setdefault(c.name, {}).update(zip(union, out[c.name], strict=True))
+        return {c.name: np.stack([self._store[c.name][t] for t in texts]) for c in candidates}
+
+
+# ---------------------------------------------------------------------------------------- tasks
+
+
+class Task(Protocol):
+    """A task the study scores: what to embed on each split and how to score the embeddings."""
+
+    name: str
+    metric: str
+    instruction: str | None
+
+    def texts(self, split: str) -> list[str]:
+        """The texts to embed for ``split`` (``"choose"`` or ``"report"``)."""
+        ...
+
+    def choose_score(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> float:
+        """The score on the choosing split; ``vectors(texts)`` embeds texts with the candidate under test."""
+        ...
+
+    def report_statistic(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> stats.Statistic:
+        """The score on the reporting split, as a statistic of its units (for intervals and comparisons)."""
+        ...
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.divide((a * b).sum(axis=1), norm, out=np.zeros(len(a)), where=norm > 0)
+
+
+@dataclass(frozen=True)
+class STSTask:
+    """Sentence similarity: Spearman correlation of cosine similarities with gold scores, pairs as units.
+
+    Attributes:
+        choose: ``(sentence1, sentence2, score)`` pairs to choose on (STS-B dev, say).
+        report: pairs to report on (STS-B test).
+    """
+
+    name: str
+    choose: Sequence[tuple[str, str, float]]
+    report: Sequence[tuple[str, str, float]]
+    instruction: str | None = None
+    metric: str = "spearman"
+
+    def texts(self, split: str) -> list[str]:
+        """Both sentences of every pair of ``split``."""
+        pairs = self.choose if split == "choose" else self.report
+        return list(dict.fromkeys(t for a, b, _ in pairs for t in (a, b)))
+
+    def _statistic(self, pairs: Sequence[tuple[str, str, float]], vectors: Callable) -> stats.Statistic:
+        a, b = vectors([p[0] for p in pairs]), vectors([p[1] for p in pairs])
+        return stats.spearman(_cosines(a, b), [p[2] for p in pairs])
+
+    def choose_score(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> float:
+        """Spearman on the choosing pairs."""
+        return self._statistic(self.choose, vectors)()
+
+    def report_statistic(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> stats.Statistic:
+        """Spearman on the reporting pairs, pairs as units."""
+        return self._statistic(self.report, vectors)
+
+
+@dataclass(frozen=True)
+class ClassificationTask:
+    """Logistic regression on frozen embeddings, accuracy with items as units.
+
+    Choosing fits on ``train`` less a seeded stratified validation split (:func:`stats.holdout`) and
+    scores that split; reporting refits on all of ``train`` and scores ``test``.
+
+    Attributes:
+        train: ``(text, label)`` training items (a subsample, typically).
+        test: ``(text, label)`` items to report on.
+    """
+
+    name: str
+    train: Sequence[tuple[str, str]]
+    test: Sequence[tuple[str, str]]
+    instruction: str | None = None
+    validation_fraction: float = 0.2
+    seed: int = 0
+    max_iter: int = 100
+    metric: str = "accuracy"
+    _split: tuple[list[tuple[str, str]], list[tuple[str, str]]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        split = stats.holdout(list(self.train), [y for _, y in self.train], self.validation_fraction, self.seed)
+        object.__setattr__(self, "_split", split)
+
+    def texts(self, split: str) -> list[str]:
+        """The training texts (both splits need them), and the test texts for reporting."""
+        items = list(self.train) + (list(self.test) if split == "report" else [])
+        return list(dict.fromkeys(t for t, _ in items))
+
+    def _predict(self, vectors: Callable, fit: Sequence[tuple[str, str]], score: Sequence[tuple[str, str]]) -> Any:
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression(solver="lbfgs", max_iter=self.max_iter, random_state=self.seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # 100 iterations is MTEB's protocol
+            model.fit(vectors([t for t, _ in fit]), [y for _, y in fit])
+        return model.predict(vectors([t for t, _ in score]))
+
+    def choose_score(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> float:
+        """Accuracy on the held-out validation split of the training items."""
+        rest, validation = self._split
+        return stats.accuracy([y for _, y in validation], self._predict(vectors, rest, validation))()
+
+    def report_statistic(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> stats.Statistic:
+        """Test accuracy of a classifier fitted on all training items, items as units."""
+        return stats.accuracy([y for _, y in self.test], self._predict(vectors, self.train, self.test))
+
+
+# ---------------------------------------------------------------------------------------- one template
+
+
+@dataclass
+class Scored:
+    """A candidate with its score on the choosing split and its statistic on the reporting split."""
+
+    candidate: Candidate
+    choose: float | None = None
+    report: stats.Statistic | None = None
+
+    def row(self, seed: int = 0) -> dict[str, Any]:
+        """A flat dict for JSON: the candidate, the choosing score, and the reported score with its 95% CI."""
+        out = self.candidate.row() | {"choose": self.choose}
+        if self.report is not None:
+            ci = stats.bootstrap_ci(self.report, seed=seed)
+            out |= {"report": ci.estimate, "low": ci.low, "high": ci.high, "n_report": self.report.n}
+        return out
+
+
+@dataclass
+class TemplateResult:
+    """Everything one template gave on one task.
+
+    Attributes:
+        template: the template's name, or :data:`NO_TEMPLATE`.
+        grid: every grid candidate's choosing score.
+        chosen: per family (and ``SUGGESTED``), the candidate kept and its reported statistic.
+        exits: per family, the early-exit candidates (and the family's full-depth one) with both scores.
+        exit_choice: per family, the exit chosen on the choosing split (``None``: all layers).
+        seconds: encoding time; texts_encoded: texts run through the encoder (all specs at once).
+    """
+
+    template: str
+    grid: list[Scored]
+    chosen: dict[str, Scored]
+    exits: dict[str, list[Scored]]
+    exit_choice: dict[str, Scored]
+    seconds: float
+    texts_encoded: int
+
+
+def run_template(
+    encoder: EncoderFromDecoder,
+    task: Task,
+    candidates: Sequence[Candidate],
+    template: str | None = None,
+    suggestion: Candidate | None = None,
+    exits: Sequence[int] = (),
+    exit_families: Sequence[str] = ("F*",),
+    batch_size: int = 32,
+    restrict: Mapping[str, Candidate] | None = None,
+) -> TemplateResult:
+    """Choose each family's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
+
+    Args:
+        encoder: the converted decoder (its own spec does not matter).
+        task: what to embed and how to score.
+        candidates: the grid.
+        template: a preset's name, or ``None`` for mean pooling with ``task.instruction``.
+        suggestion: a spec to score beside the chosen ones (``suggest_spec``'s), on both splits.
+        exits: exit layers to try for the chosen spec of each family in ``exit_families``; the exit is
+            chosen on the choosing split like any other choice.
+        exit_families: the families whose chosen spec is tried at ``exits``; ``"best"`` names the
+            converted family (INPLACE-BIDIR or MASK0&BIDIR) whose chosen spec scores better on the choosing split.
+        batch_size: texts per forward pass.
+        restrict: skip the grid and take these candidates (family -> candidate) as chosen: for costly
+            templates (MetaEOL's eight prompts) scored only at the specs another template chose.
+    """
+    cache = EmbeddingCache(encoder, template, task.instruction, batch_size)
+    name = template or NO_TEMPLATE
+
+    def embed(c: Candidate) -> Callable[[Sequence[str]], np.ndarray]:
+        return lambda texts: cache.vectors([c], texts)[c.name]
+
+    def score_choose(cands: Sequence[Candidate]) -> dict[Candidate, float]:
+        cache.vectors(cands, task.texts("choose"))  # all at once: shared layers run once per batch
+        return {c: task.choose_score(embed(c)) for c in cands}
+
+    grid_cands = list(restrict.values()) if restrict is not None else list(candidates)
+    extra = [suggestion] if suggestion is not None and suggestion not in grid_cands else []
+    # F*'s exits share every layer with F*: they come free in the grid's pass
+    f_exits = exit_candidates(Candidate("F*", "F*"), encoder.depth, exits) if "F*" in exit_families else []
+    choose_scores = score_choose(grid_cands + extra + f_exits)
+    if restrict is not None:
+        chosen_cands = dict(restrict)
+    else:
+        chosen_cands = choose_by_family({c: choose_scores[c] for c in grid_cands})
+    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen_cands]
+    best = max(converted, key=lambda f: choose_scores[chosen_cands[f]]) if converted else None
+    if suggestion is not None:
+        chosen_cands["SUGGESTED"] = suggestion
+    families = list(dict.fromkeys(best if f == "best" else f for f in exit_families))
+    exit_cands = {
+        fam: exit_candidates(chosen_cands[fam], encoder.depth, exits) for fam in families if fam in chosen_cands
+    }
+    exit_cands = {fam: cs for fam, cs in exit_cands.items() if cs}
+    every_exit = [c for cs in exit_cands.values() for c in cs]
+    if every_exit:
+        choose_scores |= score_choose(every_exit)
+    report_cands = list(dict.fromkeys([*chosen_cands.values(), *every_exit]))
+    cache.vectors(report_cands, task.texts("report"))
+    reported = {c: task.report_statistic(embed(c)) for c in report_cands}
+
+    def scored(c: Candidate) -> Scored:
+        return Scored(c, choose_scores.get(c), reported.get(c))
+
+    exit_rows = {fam: [scored(c) for c in [*cs, chosen_cands[fam]]] for fam, cs in exit_cands.items()}
+    exit_choice = {fam: max(rows, key=lambda s: s.choose) for fam, rows in exit_rows.items()}
+    logger.info("%s %s: chosen %s", task.name, name, {f: c.name for f, c in chosen_cands.items()})
+    return TemplateResult(
+        template=name,
+        grid=[Scored(c, choose_scores[c]) for c in grid_cands + extra],
+        chosen={fam: scored(c) for fam, c in chosen_cands.items()},
+        exits=exit_rows,
+        exit_choice=exit_choice,
+        seconds=cache.seconds,
+        texts_encoded=cache.texts_encoded,
+    )
+
+
+# ---------------------------------------------------------------------------------------- NER
+
+
+def mean_over_seeds(statistics: Sequence[stats.Statistic]) -> stats.Statistic:
+    """The mean of several statistics of the same units (probe seeds), resampled together.
+
+    Raises:
+        ValueError: if there are none, or they are not over the same number of units.
+    """
+    if not statistics or len({s.n for s in statistics}) != 1:
+        raise ValueError("need one or more statistics over the same units")
+    return stats.Statistic(
+        statistics[0].name,
+        statistics[0].n,
+        lambda idx: np.mean([s.values(idx) for s in statistics], axis=0),
+    )
+
+
+@dataclass
+class NERStudy:
+    """The NER probe over a grid: per candidate, the mean F1 of its seeds on each half of the dev set.
+
+    Attributes:
+        choose: candidate -> mean F1 over seeds on the choosing half.
+        report: candidate -> the seeds' mean F1 on the reporting half, as a statistic of its sentences.
+        per_seed: candidate -> each seed's F1 on the reporting half.
+        seconds: feature extraction and probe training time.
+    """
+
+    choose: dict[Candidate, float]
+    report: dict[Candidate, stats.Statistic]
+    per_seed: dict[Candidate, list[float]]
+    seconds: float
+
+
+def ner_study(
+    encoder: Any,
+    train: Sequence[Any],
+    dev: Sequence[Any],
+    candidates: Sequence[Candidate],
+    seeds: Sequence[int] = (0, 1, 2),
+    split_seed: int = 0,
+    config: Any = None,
+) -> NERStudy:
+    """Score every candidate's linear NER probe, each trained with every seed, on both halves of ``dev``.
+
+    Features are extracted once for all candidates (shared layers run once); each seed's probe is
+    trained on ``train`` and tags all of ``dev``, which :func:`stats.halves` cuts into the choosing and
+    the reporting half (the same cut for every candidate).
+
+    Args:
+        encoder: a converted decoder, or an ``evals.baselines.TokenFeatures`` (a trained encoder, which has
+            no specs: pass ``[Candidate("F*", "F*")]``, a name it passes through).
+        train: training sentences (:class:`nosink.evals.ner.Sentence`).
+        dev: evaluation sentences, cut in halves.
+        candidates: the specs (with exits) to probe.
+        seeds: probe seeds (initialisation and batch order).
+        split_seed: the seed of the halves.
+        config: a :class:`nosink.evals.ner.NERConfig` (its seed is replaced by each of ``seeds``).
+    """
+    from dataclasses import replace
+
+    import torch
+
+    from nosink.evals.ner import NERConfig, train_probe, word_features
+
+    config = config or NERConfig()
+    start = time.perf_counter()
+    tags = sorted({t for s in train for t in s.tags})
+    index = {t: i for i, t in enumerate(tags)}
+    runs = [c.plan(encoder) if isinstance(encoder, EncoderFromDecoder) else c.name for c in candidates]
+    train_feats, train_kept = word_features(encoder, train, runs, config, show_progress_bar=False)
+    dev_feats, dev_kept = word_features(encoder, dev, runs, config, show_progress_bar=False)
+    labels = [
+        [index[t] for t, k in zip(s.tags, kept, strict=True) if k] for s, kept in zip(train, train_kept, strict=True)
+    ]
+    first, second = stats.halves(list(range(len(dev))), seed=split_seed)
+    gold = [list(s.tags) for s in dev]
+    out = NERStudy({}, {}, {}, 0.0)
+    for c in candidates:
+        halves_stats: tuple[list[stats.Statistic], list[stats.Statistic]] = ([], [])
+        for seed in seeds:
+            probe = train_probe(train_feats[c.name], labels, len(tags), replace(config, seed=seed))
+            predicted = []
+            with torch.no_grad():
+                for feats, kept in zip(dev_feats[c.name], dev_kept, strict=True):
+                    guesses = iter(probe(feats.float()).argmax(-1).tolist() if len(feats) else [])
+                    predicted.append([tags[next(guesses)] if k else "O" for k in kept])
+            for half, rows in zip(halves_stats, (first, second), strict=True):
+                half.append(stats.ner_f1([gold[i] for i in rows], [predicted[i] for i in rows]))
+        out.choose[c] = float(np.mean([s() for s in halves_stats[0]]))
+        out.report[c] = mean_over_seeds(halves_stats[1])
+        out.per_seed[c] = [s() for s in halves_stats[1]]
+        logger.info("NER %s: choose %.4f, report %.4f", c.name, out.choose[c], out.report[c]())
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+# ---------------------------------------------------------------------------------------- comparisons, JSON
+
+
+def comparisons(results: Sequence[TemplateResult], seed: int = 0) -> list[dict[str, Any]]:
+    """Paired bootstrap comparisons on the reporting split, for the comparisons the study's verdicts rest on.
+
+    Within each template: MASK0&BIDIR vs INPLACE-BIDIR, each of them vs ``F*``, and the suggestion vs
+    the better of the two families. Across templates: each template with ``F*`` against no template with
+    ``F*`` (the prompt alone), and each template's best family against no template's same family (the
+    prompt on top of the mask); a family's "best" is chosen on the choosing split.
+    """
+    by_name = {r.template: r for r in results}
+    base = by_name.get(NO_TEMPLATE)
+    pairs: list[tuple[str, str, str, str, str]] = []  # (kind, template A, family A, template B, family B)
+    for r in results:
+        t = r.template
+        pairs += [
+            ("mask0&bidir vs inplace-bidir", t, "MASK0&BIDIR", t, "INPLACE-BIDIR"),
+            ("mask0&bidir vs F*", t, "MASK0&BIDIR", t, "F*"),
+            ("inplace-bidir vs F*", t, "INPLACE-BIDIR", t, "F*"),
+        ]
+        best = _best_family(r)
+        if best is not None:
+            pairs.append(("template+mask vs template alone", t, best, t, "F*"))
+            if "SUGGESTED" in r.chosen:
+                pairs.append(("suggested vs best swept", t, "SUGGESTED", t, best))
+        if base is not None and t != NO_TEMPLATE:
+            pairs.append(("template alone vs nothing", t, "F*", NO_TEMPLATE, "F*"))
+            if best is not None:
+                pairs.append(("template+mask vs mask alone", t, best, NO_TEMPLATE, best))
+    out = []
+    for kind, ta, fa, tb, fb in pairs:
+        a, b = by_name[ta].chosen.get(fa), by_name[tb].chosen.get(fb)
+        if a is None or b is None or a.report is None or b.report is None:
+            continue
+        cmp = stats.compare(a.report, b.report, seed=seed)
+        out.append({
+            "comparison": kind, "a": f"{ta} / {fa}", "a_spec": a.candidate.name, "b": f"{tb} / {fb}",
+            "b_spec": b.candidate.name, "delta": cmp.delta.estimate, "low": cmp.delta.low, "high": cmp.delta.high,
+            "p_value": cmp.p_value,
+        })  # fmt: skip
+    return out
+
+
+def _best_family(result: TemplateResult) -> str | None:
+    """The converted family (INPLACE-BIDIR or MASK0&BIDIR) with the better choosing score."""
+    fams = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in result.chosen and result.chosen[f].choose is not None]
+    return max(fams, key=lambda f: result.chosen[f].choose) if fams else None  # type: ignore[arg-type,return-value]
+
+
+def template_row(result: TemplateResult, seed: int = 0) -> dict[str, Any]:
+    """One template's results as a plain dict for JSON (intervals computed here, 1,000 resamples)."""
+    return {
+        "template": result.template,
+        "seconds": round(result.seconds, 1),
+        "texts_encoded": result.texts_encoded,
+        "grid": [s.row(seed) for s in result.grid],
+        "chosen": {fam: s.row(seed) for fam, s in result.chosen.items()},
+        "best_family": _best_family(result),
+        "exits": {fam: [s.row(seed) for s in rows] for fam, rows in result.exits.items()},
+        "exit_choice": {fam: s.candidate.name for fam, s in result.exit_choice.items()},
+    }
+
+
+def overall_choice(results: Sequence[TemplateResult]) -> dict[str, Any]:
+    """The (template, family) with the best choosing score over all templates and families (``SUGGESTED`` aside)."""
+    rows = [(r.template, fam, s) for r in results for fam, s in r.chosen.items() if fam != "SUGGESTED"]
+    best = max((row for row in rows if row[2].choose is not None), key=lambda x: x[2].choose)  # type: ignore[arg-type,return-value]
+    return {"template": best[0], "family": best[1], "spec": best[2].candidate.name, "choose": best[2].choose}
+
+
+# ---------------------------------------------------------------------------------------- tables and plots
+
+
+def _ci(row: Mapping[str, Any]) -> str:
+    return f"{row['report']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
+
+
+def _cell(spec: str | None) -> str:
+    return "`" + (spec or "").replace("|", "\\|") + "`"
+
+
+def results_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """A Markdown table of a study JSON: per template and family, the spec chosen, its choosing score, and
+    its reported score with the 95% interval; then the baselines' payloads (``baseline_task``) by name."""
+    lines = [
+        "| template | family | spec (chosen) | choose | report [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for t in payload["templates"]:
+        for fam, row in t["chosen"].items():
+            lines.append(f"| {t['template']} | {fam} | {_cell(row['name'])} | {row['choose']:.3f} | {_ci(row)} |")
+    for name, base in (baselines or {}).items():
+        lines.append(f"| - | {name} | (trained encoder) | {base['result']['choose']:.3f} | {_ci(base['result'])} |")
+    return "\n".join(lines)
+
+
+def comparisons_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's paired comparisons: A - B with its interval and one-sided p-value."""
+    lines = ["| comparison | A | B | A - B [95% CI] | p (A not better) |", "|---|---|---|---|---|"]
+    for c in payload["comparisons"]:
+        a = c["a"] + " " + _cell(c["a_spec"]) if "a_spec" in c else _cell(c["a"])
+        b = c["b"] + " " + _cell(c["b_spec"]) if "b_spec" in c else _cell(c["b"])
+        delta = f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+        lines.append(f"| {c['comparison']} | {a} | {b} | {delta} | {c['p_value']:.3f} |")
+    return "\n".join(lines)
+
+
+def exits_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's early exits: per family and exit, both scores (full depth: ``-``)."""
+    lines = ["| template | family | exit layer | choose | report [95% CI] |", "|---|---|---|---|---|"]
+    for t in payload["templates"]:
+        for fam, rows in t["exits"].items():
+            for row in sorted(rows, key=lambda r: r["exit_layer"] or 10**6):
+                chosen = " (chosen)" if row["name"] == t["exit_choice"][fam] else ""
+                where = row["exit_layer"] if row["exit_layer"] is not None else "all"
+                head = f"| {t['template']} | {fam} {_cell(row['spec'])} | {where}{chosen}"
+                lines.append(f"{head} | {row['choose']:.3f} | {_ci(row)} |")
+    return "\n".join(lines)
+
+
+def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """A Markdown table of a NER study JSON: every candidate's choosing-half and reporting-half F1 (mean of seeds)."""
+    chosen = set(payload["chosen"].values())
+    lines = ["| family | spec | choose half | report half [95% CI] | per seed |", "|---|---|---|---|---|"]
+    for name, base in [(None, payload), *((baselines or {}).items())]:
+        for row in base["rows"]:
+            label = name or row["family"]
+            spec = _cell(row["name"]) + (" (chosen)" if name is None and row["name"] in chosen else "")
+            seeds = ", ".join(f"{x:.3f}" for x in row["per_seed"])
+            lines.append(f"| {label} | {spec} | {row['choose']:.3f} | {_ci(row)} | {seeds} |")
+    return "\n".join(lines)
+
+
+def plot_study(
+    payloads: Mapping[str, Mapping[str, Any]],
+    path: str | Path,
+    baselines: Mapping[str, Mapping[str, Any]] | None = None,
+    title: str = "",
+) -> Path:
+    """Reported scores with 95% intervals, one panel per model, templates on the x axis, one bar per family;
+    baselines as horizontal lines."""
+    from nosink.evals.plotting import figure, save
+
+    fig, axes = figure(1, len(payloads), figsize=(5.5 * len(payloads), 4), squeeze=False, sharey=True)
+    families = [*FAMILIES, "SUGGESTED"]
+    for ax, (model, payload) in zip(axes[0], payloads.items(), strict=True):
+        names = [t["template"] for t in payload["templates"]]
+        for j, fam in enumerate(families):
+            xs, ys, err = [], [], [[], []]
+            for i, t in enumerate(payload["templates"]):
+                row = t["chosen"].get(fam)
+                if row is not None:
+                    xs.append(i + (j - 1.5) * 0.2)
+                    ys.append(row["report"])
+                    err[0].append(row["report"] - row["low"])
+                    err[1].append(row["high"] - row["report"])
+            if xs:
+                ax.bar(xs, ys, width=0.2, yerr=err, capsize=2, label=fam)
+        for k, (name, base) in enumerate((baselines or {}).items()):
+            ax.axhline(base["result"]["report"], color=f"C{5 + k}", linestyle="--", label=name)
+        ax.set_xticks(range(len(names)), names, rotation=20)
+        ax.set_xlim(-0.6, max(len(names), 3) - 0.4)  # bars keep their width when a model has few templates
+        ax.set_title(model)
+        ax.set_ylabel(payload["metric"])
+    axes[0][0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)
+
+
+def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
+    """The reported score against the exit layer, per model and family (the full depth is the last point)."""
+    from nosink.evals.plotting import figure, save
+
+    fig, ax = figure(1, 1, figsize=(9, 4.5))
+    for model, payload in payloads.items():
+        for t in payload["templates"]:
+            for fam, rows in t["exits"].items():
+                pts = sorted((r["exit_layer"] or payload["depth"], r["report"]) for r in rows)
+                ax.plot(*zip(*pts, strict=True), marker="o", label=f"{model} {t['template']} {fam}")
+    ax.set_xlabel("exit layer (layers run; the last point of each line is the full depth)")
+    ax.set_ylabel("reported score")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if title:
+        ax.set_title(title)
+    return save(fig, path)
+
+
+# ---------------------------------------------------------------------------------------- the driver
+
+
+def load_sts(folder: str | Path, n_choose: int | None, n_report: int | None, seed: int = 0) -> STSTask:
+    """STS-B from a folder: seeded samples of ``n_choose`` dev and ``n_report`` test pairs (all: ``None``)."""
+    from nosink.evals.mteb_data import _read_stsb
+    from nosink.evals.mteb_tasks import STS_INSTRUCTION, format_instruction
+
+    data = _read_stsb(Path(folder))
+
+    def pairs(split: str, n: int | None) -> list[tuple[str, str, float]]:
+        rows = list(zip(data[split]["sentence1"], data[split]["sentence2"], data[split]["score"], strict=True))
+        return rows if n is None or n >= len(rows) else random.Random(seed).sample(rows, n)
+
+    return STSTask(
+        "STSBenchmark", pairs("validation", n_choose), pairs("test", n_report), format_instruction(STS_INSTRUCTION)
+    )
+
+
+def load_classification(
+    name: str, folder: str | Path, n_train: int | None, n_test: int | None, seed: int = 0
+) -> ClassificationTask:
+    """Banking77 or Emotion from a local folder, train and test each subsampled (seeded, label-stratified).
+
+    Raises:
+        ValueError: for another task name.
+    """
+    from nosink.evals.classify import Example, subsample
+    from nosink.evals.mteb_data import _read_banking77, _read_emotion
+    from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction
+
+    readers = {"Banking77Classification": _read_banking77, "EmotionClassification": _read_emotion}
+    if name not in readers:
+        raise ValueError(f"unknown classification task {name!r}; expected one of {', '.join(readers)}")
+    data = readers[name](Path(folder))
+
+    def items(split: str, n: int | None) -> list[tuple[str, str]]:
+        examples = [Example(t, str(y)) for t, y in zip(data[split]["text"], data[split]["label"], strict=True)]
+        return [(e.text, e.label) for e in subsample(examples, n, seed)]
+
+    return ClassificationTask(
+        name, items("train", n_train), items("test", n_test), format_instruction(PAPER_TASKS[name]), seed=seed
+    )
+
+
+def suggestion_for(encoder: EncoderFromDecoder, texts: Sequence[str]) -> tuple[Candidate, dict[str, Any]]:
+    """:func:`nosink.evals.sinks.suggest_spec` on the stock model's sink profile over ``texts``.
+
+    Raises:
+        ValueError: if ``encoder``'s own spec is not ``F*`` (the profile is the unconverted model's).
+    """
+    from nosink.evals.sinks import sink_profile, suggest_spec
+
+    if str(encoder.spec) != "F*":
+        raise ValueError(
+            f"the suggestion reads the stock model's sink profile: load the encoder with 'F*', not {encoder.spec}"
+        )
+    s = suggest_spec(sink_profile(encoder, texts), encoder.depth)
+    return Candidate("SUGGESTED", str(s.spec)), {"spec": str(s.spec), "k": s.k, "k0": s.k0, "reason": s.reason}
+
+
+def _write(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def study_task(
+    encoder: EncoderFromDecoder,
+    task: Task,
+    path: str | Path,
+    templates: Sequence[str | None],
+    candidates: Sequence[Candidate],
+    suggestion: Candidate | None = None,
+    exits: Sequence[int] = (),
+    exit_templates: Sequence[str | None] = (None,),
+    restricted: Sequence[str] = ("MetaEOL",),
+    meta: Mapping[str, Any] | None = None,
+    batch_size: int = 32,
+) -> dict[str, Any]:
+    """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
+
+    Templates named in ``restricted`` are scored only at the specs the first template chose (no grid).
+    ``exits`` are tried for ``F*`` and the better converted family, for the templates in ``exit_templates``.
+
+    Returns:
+        The JSON payload: each template's rows, the overall choice, the paired comparisons, and ``meta``.
+    """
+    path = Path(path)
+    results: list[TemplateResult] = []
+    payload: dict[str, Any] = {"task": task.name, "metric": task.metric, **(meta or {})}
+    for template in templates:
+        restrict = None
+        if template in restricted and results:
+            restrict = {f: s.candidate for f, s in results[0].chosen.items() if f in FAMILIES}
+        result = run_template(
+            encoder,
+            task,
+            candidates,
+            template,
+            suggestion=suggestion if template is None else None,
+            exits=exits if template in exit_templates else (),
+            exit_families=("F*", "best"),
+            batch_size=batch_size,
+            restrict=restrict,
+        )
+        results.append(result)
+        payload["templates"] = [template_row(r) for r in results]
+        payload["overall_choice"] = overall_choice(results)
+        payload["comparisons"] = comparisons(results)
+        payload["seconds"] = round(sum(r.seconds for r in results), 1)
+        _write(path, payload)
+        logger.info("%s %s done in %.0f s; wrote %s", task.name, result.template, result.seconds, path)
+    return payload
+
+
+def baseline_task(folder: str | Path, task: Task, path: str | Path, meta: Mapping[str, Any] | None = None) -> dict:
+    """A sentence-transformers encoder (no instruction, no template) on ``task``'s reporting split, with its CI."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    start = time.perf_counter()
+    cache: dict[str, np.ndarray] = {}
+
+    def vectors(texts: Sequence[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in cache]
+        if todo:
+            cache.update(zip(todo, model.encode(todo, batch_size=32, show_progress_bar=False), strict=True))
+        return np.stack([cache[t] for t in texts])
+
+    scored = Scored(Candidate("F*", "F*"), task.choose_score(vectors), task.report_statistic(vectors))
+    row = scored.row() | {"family": "trained encoder", "spec": None, "name": Path(folder).name}
+    payload = {"task": task.name, "metric": task.metric, "result": row, **(meta or {})}
+    payload["seconds"] = round(time.perf_counter() - start, 1)
+    _write(Path(path), payload)
+    return payload
+
+
+def _ner_payload(result: NERStudy, candidates: Sequence[Candidate], meta: Mapping[str, Any]) -> dict[str, Any]:
+    rows = []
+    for c in candidates:
+        ci = stats.bootstrap_ci(result.report[c])
+        rows.append(c.row() | {
+            "choose": result.choose[c], "report": ci.estimate, "low": ci.low, "high": ci.high,
+            "per_seed": result.per_seed[c], "n_report": result.report[c].n,
+        })  # fmt: skip
+    full = {c: result.choose[c] for c in candidates if c.exit_layer is None}
+    chosen = choose_by_family(full)
+    out: dict[str, Any] = {"task": "CoNLL-2003 NER", "metric": "entity F1 (mean of seeds)", **meta, "rows": rows}
+    out["chosen"] = {f: c.name for f, c in chosen.items()}
+    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
+    cmps = []
+    for kind, fa, fb in (
+        ("mask0&bidir vs inplace-bidir", "MASK0&BIDIR", "INPLACE-BIDIR"),
+        ("mask0&bidir vs F*", "MASK0&BIDIR", "F*"),
+        ("inplace-bidir vs F*", "INPLACE-BIDIR", "F*"),
+        ("suggested vs best swept", "SUGGESTED", max(converted, key=lambda f: full[chosen[f]]) if converted else ""),
+    ):
+        if fa in chosen and fb in chosen:
+            cmp = stats.compare(result.report[chosen[fa]], result.report[chosen[fb]])
+            cmps.append({
+                "comparison": kind, "a": chosen[fa].name, "b": chosen[fb].name, "delta": cmp.delta.estimate,
+                "low": cmp.delta.low, "high": cmp.delta.high, "p_value": cmp.p_value,
+            })  # fmt: skip
+    out["comparisons"] = cmps
+    out["seconds"] = round(result.seconds, 1)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nosink.evals.study``: the study of one model (or baseline) on the chosen tasks."""
+    import argparse
+
+    import torch
+
+    parser = argparse.ArgumentParser(prog="python -m nosink.evals.study", description=main.__doc__)
+    parser.add_argument("model", help="a decoder folder, or a baseline's name (all-MiniLM-L6-v2, all-mpnet-base-v2)")
+    parser.add_argument("--data", required=True, help="the folder holding stsb/, banking77/, emotion/, conll2003/")
+    parser.add_argument("--out", required=True, help="the folder for the JSON files (one per task)")
+    parser.add_argument("--tasks", nargs="+", default=["sts"], choices=["sts", "banking77", "emotion", "ner"])
+    parser.add_argument("--templates", nargs="+", default=[NO_TEMPLATE, "PromptEOL", "PretendedCoT",
+                        "KnowledgeEnhancement", "Echo", "MetaEOL"])  # fmt: skip
+    parser.add_argument("--ks", type=int, nargs="+", help="converted layers (default: depth/4, depth/2, 2 depth/3)")
+    parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--exits", type=int, nargs="*", default=[], help="exit layers to try")
+    parser.add_argument("--exit-templates", nargs="*", default=[NO_TEMPLATE])
+    parser.add_argument(
+        "--restricted",
+        nargs="*",
+        default=["MetaEOL"],
+        help="templates scored only at the specs the first template chose (no grid of their own)",
+    )
+    parser.add_argument("--sts-choose", type=int, default=300, help="STS-B dev pairs to choose on")
+    parser.add_argument("--sts-report", type=int, help="STS-B test pairs to report on (default all 1,379)")
+    parser.add_argument("--cls-train", type=int, default=1000)
+    parser.add_argument("--cls-test", type=int, default=1000)
+    parser.add_argument("--ner-train", type=int, default=1000)
+    parser.add_argument("--ner-dev", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--no-suggestion", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    data, out = Path(args.data), Path(args.out)
+    templates = [None if t == NO_TEMPLATE else t for t in args.templates]
+    exit_templates = [None if t == NO_TEMPLATE else t for t in args.exit_templates]
+    meta: dict[str, Any] = {
+        "model": Path(args.model).name, "command": "python -m nosink.evals.study " + " ".join(argv or sys.argv[1:]),
+        "threads": torch.get_num_threads(), "seed": args.seed, "resamples": stats.RESAMPLES,
+    }  # fmt: skip
+    tasks: dict[str, Task] = {}
+    if "sts" in args.tasks:
+        tasks["sts"] = load_sts(data / "stsb", args.sts_choose, args.sts_report, args.seed)
+    for key, name in (("banking77", "Banking77Classification"), ("emotion", "EmotionClassification")):
+        if key in args.tasks:
+            tasks[key] = load_classification(name, data / key, args.cls_train, args.cls_test, args.seed)
+    sizes = {
+        "sts": {"choose": "STS-B dev, seeded sample", "n_choose": args.sts_choose, "n_report": args.sts_report},
+        "banking77": {"n_train": args.cls_train, "n_test": args.cls_test, "validation_fraction": 0.2},
+        "emotion": {"n_train": args.cls_train, "n_test": args.cls_test, "validation_fraction": 0.2},
+    }
+    from nosink.evals.baselines import BASELINES, TokenFeatures, baseline_folder
+
+    if args.model in BASELINES:
+        folder = baseline_folder(args.model)
+        for key, task in tasks.items():
+            baseline_task(folder, task, out / f"{key}.json", meta | {"data": sizes[key]})
+        if "ner" in args.tasks:
+            train, dev = _conll(data, args.ner_train, args.ner_dev)
+            cands = [Candidate("F*", "F*")]
+            result = ner_study(TokenFeatures(folder), train, dev, cands)
+            _write(out / "ner.json", _ner_payload(result, cands, meta | {"data": _ner_sizes(args)}))
+        return 0
+    encoder = EncoderFromDecoder.from_pretrained(args.model, "F*", dtype=torch.float32)
+    candidates = grid(encoder.depth, args.ks, args.k0s)
+    suggestion = None
+    if not args.no_suggestion:
+        texts = _sink_texts(data)
+        suggestion, why = suggestion_for(encoder, texts)
+        meta["suggestion"] = why | {"profile_texts": len(texts)}
+    meta |= {
+        "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
+        "restricted_templates": args.restricted,
+    }  # fmt: skip
+    for key, task in tasks.items():
+        study_task(
+            encoder, task, out / f"{key}.json", templates, candidates, suggestion, args.exits, exit_templates,
+            restricted=args.restricted, meta=meta | {"data": sizes[key]}, batch_size=args.batch_size,
+        )  # fmt: skip
+    if "ner" in args.tasks:
+        train, dev = _conll(data, args.ner_train, args.ner_dev)
+        best = {}
+        ner_cands = list(candidates) + ([suggestion] if suggestion is not None else [])
+        ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
+        result = ner_study(encoder, train, dev, ner_cands)
+        chosen = choose_by_family({c: result.choose[c] for c in ner_cands if c.exit_layer is None})
+        converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
+        if converted and args.exits:
+            best = chosen[max(converted, key=lambda f: result.choose[chosen[f]])]
+            more = exit_candidates(best, encoder.depth, args.exits)
+            if more:
+                extra = ner_study(encoder, train, dev, more)
+                for d in ("choose", "report", "per_seed"):
+                    getattr(result, d).update(getattr(extra, d))
+                result.seconds += extra.seconds
+                ner_cands += more
+        _write(out / "ner.json", _ner_payload(result, ner_cands, meta | {"data": _ner_sizes(args)}))
+    return 0
+
+
+def _sink_texts(data: Path, n: int = 16) -> list[str]:
+    # The sink profile reads STS-B *train* sentences: no text the study chooses or reports on.
+    from nosink.evals.mteb_data import _read_stsb
+
+    return list(_read_stsb(data / "stsb")["train"]["sentence1"][:n])
+
+
+def _conll(data: Path, n_train: int, n_dev: int) -> tuple[list[Any], list[Any]]:
+    from nosink.evals.ner import load_conll
+
+    return load_conll(data / "conll2003", "train")[:n_train], load_conll(data / "conll2003", "dev")[:n_dev]
+
+
+def _ner_sizes(args: Any) -> dict[str, Any]:
+    return {
+        "train": f"first {args.ner_train} CoNLL-2003 train sentences",
+        "dev": f"first {args.ner_dev} dev sentences, in seeded halves (choose on one, report on the other)",
+        "seeds": [0, 1, 2],
+        "max_length": 32,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
