@@ -398,7 +398,11 @@ class Chunks:
       text index, the same count of texts affected), whichever chunk meets it first.
 
     Args:
-        tokenizer, texts, instruction, sink, max_length: as for :func:`tokenize`.
+        tokenizer: as for :func:`tokenize`.
+        texts: as for :func:`tokenize`.
+        instruction: as for :func:`tokenize`.
+        sink: as for :func:`tokenize`.
+        max_length: as for :func:`tokenize`.
         template: a :class:`Template` (each of its prompts tokenizes every chunk), or ``None``.
         first: the first chunk's number of texts; ``None``: ``size``.
         size: every other chunk's number of texts; ``None``: all of them.

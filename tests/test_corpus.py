@@ -335,11 +335,16 @@ def _live_tensor_bytes():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # isinstance() on some lazy module objects warns
         for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+            try:
+                if not (isinstance(obj, torch.Tensor) and obj.device.type == "cpu"):
+                    continue
                 storage = obj.untyped_storage()
-                if storage.data_ptr() not in seen:
-                    seen.add(storage.data_ptr())
-                    total += storage.nbytes()
+                pointer = storage.data_ptr()
+            except (RuntimeError, NotImplementedError, ReferenceError):
+                continue  # fake tensors left by torch.compile (no memory), dead weak proxies
+            if pointer not in seen:
+                seen.add(pointer)
+                total += storage.nbytes()
     return total
 
 
