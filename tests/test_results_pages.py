@@ -191,7 +191,7 @@ def test_study_tables_are_the_tables_of_its_json():
     from nosink.evals.study import comparisons_table, exits_table, ner_table, results_table
 
     page = (RESULTS / "study.md").read_text()
-    payloads = [p for p in sorted(STUDY.glob("*/*.json")) if p.parent.name != "baselines"]
+    payloads = [p for p in sorted(STUDY.rglob("*.json")) if "baselines" not in p.relative_to(STUDY).parts]
     assert payloads
     for path in payloads:
         payload = json.loads(path.read_text())
