@@ -91,10 +91,9 @@ class _EncodeOptions:
         if tokens:
             out = [r.numpy() for r in rows] if self.convert_to_numpy and not self.convert_to_tensor else rows
             return out[0] if single else out
-        stacked = rows
         if self.convert_to_tensor or not self.convert_to_numpy:
-            return stacked[0] if single else stacked
-        array = stacked.numpy().astype(np.float32)
+            return rows[0] if single else rows
+        array = rows.numpy().astype(np.float32)
         return array[0] if single else array
 
 
