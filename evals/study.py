@@ -743,10 +743,10 @@ def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, titl
 
 def load_sts(folder: str | Path, n_choose: int | None, n_report: int | None, seed: int = 0) -> STSTask:
     """STS-B from a folder: seeded samples of ``n_choose`` dev and ``n_report`` test pairs (all: ``None``)."""
-    from nosink.evals.mteb_data import _read_stsb
+    from nosink.evals.mteb_data import LOCAL_FOLDERS
     from nosink.evals.mteb_tasks import STS_INSTRUCTION, format_instruction
 
-    data = _read_stsb(Path(folder))
+    data = LOCAL_FOLDERS["STSBenchmark"][1](Path(folder))
 
     def pairs(split: str, n: int | None) -> list[tuple[str, str, float]]:
         rows = list(zip(data[split]["sentence1"], data[split]["sentence2"], data[split]["score"], strict=True))
@@ -766,13 +766,13 @@ def load_classification(
         ValueError: for another task name.
     """
     from nosink.evals.classify import Example, subsample
-    from nosink.evals.mteb_data import _read_banking77, _read_emotion
+    from nosink.evals.mteb_data import LOCAL_FOLDERS
     from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction
 
-    readers = {"Banking77Classification": _read_banking77, "EmotionClassification": _read_emotion}
-    if name not in readers:
-        raise ValueError(f"unknown classification task {name!r}; expected one of {', '.join(readers)}")
-    data = readers[name](Path(folder))
+    known = ("Banking77Classification", "EmotionClassification")
+    if name not in known:
+        raise ValueError(f"unknown classification task {name!r}; expected one of {', '.join(known)}")
+    data = LOCAL_FOLDERS[name][1](Path(folder))
 
     def items(split: str, n: int | None) -> list[tuple[str, str]]:
         examples = [Example(t, str(y)) for t, y in zip(data[split]["text"], data[split]["label"], strict=True)]
