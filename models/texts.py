@@ -31,6 +31,7 @@ import math
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -322,6 +323,26 @@ def tokenize(
         ValueError: for a ``max_length`` that is not a positive integer, or one that the sink token and
             the instruction (and the template) fill, leaving a non-empty text no token.
     """
+    return _tokenize(tokenizer, texts, instruction, sink, max_length, template, target, copy, None)
+
+
+# A fast tokenizer's output for a list of strings: each one's token ids and their (start, end) characters.
+_Encoded = tuple[list[list[int]], list[list[tuple[int, int]]]]
+
+
+def _tokenize(
+    tokenizer: Any,
+    texts: Sequence[str],
+    instruction: str | None,
+    sink: Sequence[int],
+    max_length: int | None,
+    template: str | None,
+    target: TemplateTarget,
+    copy: int,
+    encoded: _Encoded | None,
+) -> Tokenized:
+    # tokenize(), given what _encode() returns for _strings(texts, instruction, template) when `encoded` is not
+    # None (Chunks tokenizes ahead in a thread).
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
     if max_length is not None:
@@ -331,14 +352,14 @@ def tokenize(
     if not texts:
         return Tokenized([], [], [])
     if template is not None:
-        return _tokenize_template(tokenizer, texts, instruction, sink, max_length, template, target, copy)
+        return _tokenize_template(tokenizer, texts, instruction, sink, max_length, template, target, copy, encoded)
     fast = bool(getattr(tokenizer, "is_fast", False))
     # No special tokens: the sink token is added once, here.
     if fast:
-        enc = tokenizer([instruction + t for t in texts], add_special_tokens=False, return_offsets_mapping=True)
+        all_ids, all_spans = encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, None))
         n = len(instruction)
         heads, bodies, offsets = [], [], []
-        for ids, spans in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
+        for ids, spans in zip(all_ids, all_spans, strict=True):
             # Tokens ending by the instruction's end form the prefix; without an instruction those are the
             # empty (0, 0) spans, counted at C speed, and the spans need no shift (the common case, per token).
             plain = n == 0 and (not spans or type(spans[0]) is tuple)
@@ -407,6 +428,9 @@ class Chunks:
         first: the first chunk's number of texts; ``None``: ``size``.
         size: every other chunk's number of texts; ``None``: all of them.
         caller: who the warnings name.
+        prefetch: with a fast tokenizer, tokenize the next chunk in a thread while the caller works on this one
+            (the tokenizer's Rust code runs beside Python; turning ids into rows stays on the caller's thread).
+            The chunks are the same either way.
     """
 
     def __init__(
@@ -421,8 +445,10 @@ class Chunks:
         first: int | None = None,
         size: int | None = None,
         caller: str = "encode()",
+        prefetch: bool = False,
     ) -> None:
         self.tokenizer, self.texts, self.instruction = tokenizer, list(texts), instruction
+        self.prefetch = prefetch
         self.sink, self.max_length, self.caller = list(sink), max_length, caller
         self.formats: tuple[str | None, ...] = template.formats if template is not None else (None,)
         self.target: TemplateTarget = template.target if template is not None else "text"
@@ -448,36 +474,58 @@ class Chunks:
     def __iter__(self) -> Iterator[Chunk]:
         truncated: set[int] = set()
         empty: list[int] = []
-        for k, (start, stop) in enumerate(self.bounds):
-            prompts = self._tokenize(start, stop)
-            truncated.update(start + i for tokens in prompts for i in tokens.truncated)
-            empty.extend(start + i for i in prompts[0].empty)
-            if k == len(self.bounds) - 1:
-                _warn(sorted(truncated), empty, len(self.texts), self.max_length, self.caller)
-            yield Chunk(start, prompts)
-
-    def _tokenize(self, start: int, stop: int) -> list[Tokenized]:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="nosink-tokenize") if self._prefetches() else None
+        coming: Future[list[_Encoded]] | None = None
         try:
-            return self._prompts(self.texts[start:stop])
+            for k, (start, stop) in enumerate(self.bounds):
+                encoded, coming = coming, None
+                if pool is not None and k + 1 < len(self.bounds):
+                    coming = pool.submit(self._encode_chunk, *self.bounds[k + 1])  # while this chunk is used
+                prompts = self._tokenize(start, stop, encoded)
+                truncated.update(start + i for tokens in prompts for i in tokens.truncated)
+                empty.extend(start + i for i in prompts[0].empty)
+                if k == len(self.bounds) - 1:
+                    _warn(sorted(truncated), empty, len(self.texts), self.max_length, self.caller)
+                yield Chunk(start, prompts)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _prefetches(self) -> bool:
+        # Tokenizing ahead pays where the tokenizer's Rust backend does the work (see _encode).
+        return self.prefetch and len(self.bounds) > 1 and _backend(self.tokenizer) is not None
+
+    def _encode_chunk(self, start: int, stop: int) -> list[_Encoded]:
+        # What _tokenize reads from the tokenizer for texts start..stop, under each prompt.
+        texts, instruction = self.texts[start:stop], self.instruction or ""
+        return [
+            _encode(self.tokenizer, _strings(texts, instruction, None if f is None else f.split(TEXT)))
+            for f in self.formats
+        ]
+
+    def _tokenize(self, start: int, stop: int, encoded: Future[list[_Encoded]] | None = None) -> list[Tokenized]:
+        try:
+            return self._prompts(self.texts[start:stop], encoded.result() if encoded is not None else None)
         except (TypeError, ValueError) as err:
             failed = err
         if (start, stop) != (0, len(self.texts)):
             self._prompts(self.texts)  # raises the whole call's error: its index and count, not the chunk's
         raise failed
 
-    def _prompts(self, texts: list[str]) -> list[Tokenized]:
+    def _prompts(self, texts: list[str], encoded: list[_Encoded] | None = None) -> list[Tokenized]:
         return [
-            tokenize(
+            _tokenize(
                 self.tokenizer,
                 texts,
                 self.instruction,
-                sink=self.sink,
-                max_length=self.max_length,
-                template=f,
-                target=self.target,
-                copy=self.copy,
+                self.sink,
+                self.max_length,
+                f,
+                self.target,
+                self.copy,
+                encoded[i] if encoded is not None else None,
             )
-            for f in self.formats
+            for i, f in enumerate(self.formats)
         ]
 
 
@@ -490,6 +538,7 @@ def _tokenize_template(
     template: str,
     target: str,
     copy: int,
+    encoded: _Encoded | None = None,
 ) -> Tokenized:
     # One prompt of a Template. Fast tokenizers read instruction + prompt in one piece and the row is cut
     # by character offsets; slow ones tokenize the pieces apart (as the echo embeddings code does).
@@ -501,8 +550,10 @@ def _tokenize_template(
         raise ValueError(f"target={target!r}, copy={copy!r} do not fit a prompt holding {TEXT} {copies} time(s)")
     which = copy - 1 if target == "text" else 0
     fast = bool(getattr(tokenizer, "is_fast", False))
-    encode_rows = _template_row_fast if fast else _template_row_slow
-    rows = encode_rows(tokenizer, list(texts), instruction, parts, which)
+    if fast:
+        rows = _template_row_fast(tokenizer, list(texts), instruction, parts, which, encoded)
+    else:
+        rows = _template_row_slow(tokenizer, list(texts), instruction, parts, which)
     truncated: list[int] = []
     if max_length is not None:
         room = max_length - len(sink)
@@ -544,12 +595,12 @@ def _tokenize_template(
 _Row = tuple[list[int], tuple[int, int], list[tuple[int, int]]]
 
 
-def _template_row_fast(tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int) -> list[_Row]:
-    enc = tokenizer(
-        [instruction + text.join(parts) for text in texts], add_special_tokens=False, return_offsets_mapping=True
-    )
+def _template_row_fast(
+    tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int, encoded: _Encoded | None = None
+) -> list[_Row]:
+    all_ids, all_spans = encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, parts))
     rows = []
-    for text, ids, spans in zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True):
+    for text, ids, spans in zip(texts, all_ids, all_spans, strict=True):
         start = len(instruction) + sum(len(p) for p in parts[: which + 1]) + which * len(text)
         end = start + len(text)
         first = sum(1 for _, e in spans if e <= start)  # tokens wholly before the pooled copy
@@ -620,6 +671,47 @@ def _cuts(
         if best is None and len(cut[0]) <= room:
             best = cut
     return best, shortest
+
+
+def _strings(texts: Sequence[str], instruction: str, parts: Sequence[str] | None) -> list[str]:
+    # What a fast tokenizer reads for each text: the instruction, then the text or the template's prompt around it
+    # (`parts`: the prompt split at each {text}).
+    if parts is None:
+        return [instruction + text for text in texts]
+    return [instruction + text.join(parts) for text in texts]
+
+
+def _encode(tokenizer: Any, strings: list[str]) -> _Encoded:
+    # A fast tokenizer's ids and character offsets for each string, no special tokens added: what
+    # tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True) gives, read straight from its Rust
+    # backend where that is the same thing (see _backend). The backend lets go of Python's lock while it works, and
+    # reading ids and offsets off its output costs a fraction of what transformers' conversion of it does.
+    backend = _backend(tokenizer)
+    if backend is None:
+        enc = tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True)
+        return enc["input_ids"], enc["offset_mapping"]
+    encodings = backend.encode_batch(strings, add_special_tokens=False)
+    return [e.ids for e in encodings], [e.offsets for e in encodings]
+
+
+def _backend(tokenizer: Any) -> Any:
+    # The `tokenizers` object under a transformers fast tokenizer whose call goes straight to it: its class keeps
+    # transformers' own __call__ and _encode_plus, and the backend is set as that call would set it (no truncation,
+    # no padding, special tokens split or not as the tokenizer says). None otherwise: then the tokenizer is called.
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # pragma: no cover - a transformers without that module
+        return None
+    if not isinstance(tokenizer, TokenizersBackend):
+        return None
+    cls = type(tokenizer)
+    if any(getattr(cls, name) is not getattr(TokenizersBackend, name) for name in ("__call__", "_encode_plus")):
+        return None
+    backend = tokenizer.backend_tokenizer
+    split = bool(getattr(tokenizer, "split_special_tokens", False))
+    if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens != split:
+        return None
+    return backend
 
 
 def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:

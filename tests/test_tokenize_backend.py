@@ -1,0 +1,153 @@
+"""The text pipeline reads a fast tokenizer's Rust backend directly, and tokenizes the next chunk in a thread.
+
+``texts._encode`` must give exactly what ``tokenizer(strings, add_special_tokens=False,
+return_offsets_mapping=True)`` gives (ids and character offsets), and fall back to that call wherever the
+backend is not set as that call would set it; ``Chunks(prefetch=True)`` must give the chunks, warnings and
+errors of ``Chunks(prefetch=False)``.
+"""
+
+import threading
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from tiny import WORDS, tiny_tokenizer
+
+from nosink.models import texts as _texts
+from nosink.models.loading import load_tokenizer
+
+TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range((i * 5) % 23)) for i in range(23)]
+
+
+def called(tokenizer, strings):
+    enc = tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True)
+    return [list(ids) for ids in enc["input_ids"]], [[tuple(s) for s in spans] for spans in enc["offset_mapping"]]
+
+
+def read(tokenizer, strings):
+    ids, spans = _texts._encode(tokenizer, strings)
+    return [list(i) for i in ids], [[tuple(s) for s in row] for row in spans]
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer(smollm2_path):
+    return load_tokenizer(smollm2_path)
+
+
+# Text with what tokenizers treat specially: the special tokens' own strings, spaces and newlines, accents, emoji.
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<s>", "</s>", "<pad>", " ", "  ", "\n", "\t", "é", "🙂", "the"]
+text = st.lists(st.one_of(st.sampled_from(SPECIAL + WORDS), st.text(max_size=6)), max_size=12).map("".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(strings=st.lists(text, min_size=1, max_size=6))
+@example(strings=["", " ", "<|endoftext|>hello<|im_start|>", "\n\n  spaced  ", "e\u0301 🙂"])
+def test_the_backend_gives_what_the_tokenizer_call_gives(smollm2_tokenizer, strings):
+    assert _texts._backend(smollm2_tokenizer) is not None  # the direct route is the one tested
+    assert read(smollm2_tokenizer, strings) == called(smollm2_tokenizer, strings)
+
+
+@given(strings=st.lists(text, min_size=1, max_size=6))
+def test_the_backend_gives_what_the_call_gives_for_a_word_level_tokenizer(strings):
+    tokenizer = tiny_tokenizer(True)
+    assert _texts._backend(tokenizer) is not None
+    assert read(tokenizer, strings) == called(tokenizer, strings)
+
+
+def test_a_backend_set_to_truncate_is_not_read_directly():
+    tokenizer = tiny_tokenizer(True)
+    tokenizer.backend_tokenizer.enable_truncation(2)  # as a tokenizer.json with "truncation" set would load
+    assert _texts._backend(tokenizer) is None
+    strings = ["the cat sat on the mat", "a dog"]
+    ids, _ = read(tokenizer, strings)
+    assert [len(i) for i in ids] == [6, 2]  # not cut: the tokenizer's own call turned truncation off
+    assert _texts._backend(tokenizer) is not None  # and from then on the backend is read directly
+    assert read(tokenizer, strings) == called(tokenizer, strings)
+
+
+def test_split_special_tokens_is_honoured():
+    tokenizer = tiny_tokenizer(True)
+    tokenizer.split_special_tokens = True  # "<s>" in a text is then two or more tokens, not the BOS token
+    assert _texts._backend(tokenizer) is None  # the backend still reads special tokens whole
+    ids, _ = read(tokenizer, ["<s> the cat"])
+    assert ids[0][0] != tokenizer.convert_tokens_to_ids("<s>")
+    assert read(tokenizer, ["<s> the cat"]) == called(tokenizer, ["<s> the cat"])
+
+
+def test_a_tokenizer_class_with_its_own_call_is_called():
+    tokenizer = tiny_tokenizer(True)
+
+    class Own(type(tokenizer)):
+        def __call__(self, *args, **kwargs):
+            out = super().__call__(*args, **kwargs)
+            out["input_ids"] = [[9] + list(ids) for ids in out["input_ids"]]
+            out["offset_mapping"] = [[(0, 0)] + list(spans) for spans in out["offset_mapping"]]
+            return out
+
+    tokenizer.__class__ = Own
+    assert _texts._backend(tokenizer) is None
+    ids, spans = read(tokenizer, ["the cat"])
+    assert ids[0][0] == 9 and spans[0][0] == (0, 0)
+
+
+def chunk_fields(chunks):
+    return [
+        (c.start, [(p.prefix_ids, p.text_ids, p.suffix_ids, p.offsets, p.truncated) for p in c.prompts])
+        for c in chunks
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_length": 12},
+        {"instruction": "Represent this: ", "max_length": 12},
+        {"template": "MetaEOL", "max_length": 95},  # several prompts, each tokenized ahead
+        {"template": "Echo", "max_length": 40},
+        {"template": "PromptEOL", "instruction": "Query: "},
+    ],
+)
+def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
+    from nosink.models.templates import by_name as preset
+
+    tokenizer = tiny_tokenizer(True)
+    if "template" in kwargs:
+        kwargs = kwargs | {"template": preset(kwargs["template"])}
+    threads = []
+    encode = _texts._encode
+    monkeypatch.setattr(
+        _texts, "_encode", lambda tok, s: threads.append(threading.current_thread().name) or encode(tok, s)
+    )
+    results = []
+    for prefetch in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            chunks = list(_texts.Chunks(tokenizer, TEXTS, sink=[1], first=2, size=8, prefetch=prefetch, **kwargs))
+        results.append((chunk_fields(chunks), [str(w.message) for w in caught]))
+    assert results[1] == results[0]
+    assert len(results[0][0]) == 4
+    # the plain chunks were all tokenized on this thread; with prefetch, chunks 2-4 on the tokenizing thread
+    prompts = len(results[0][0][0][1])
+    assert threads[: 4 * prompts] == [threading.current_thread().name] * (4 * prompts)
+    assert sum(name.startswith("nosink-tokenize") for name in threads[4 * prompts :]) == 3 * prompts
+
+
+def test_a_prefetched_error_is_the_whole_calls_error():
+    tokenizer = tiny_tokenizer(True)
+    texts = ["", "", "a dog", "the cat", "we love very good food"]
+    instruction = "the cat sat on the mat "
+    full = len(_texts.tokenize(tokenizer, ["a"], instruction, sink=[1]).prefix_ids[0])
+    with pytest.raises(ValueError) as whole:
+        _texts.tokenize(tokenizer, texts, instruction, sink=[1], max_length=full)
+    with pytest.raises(ValueError) as chunked:
+        list(_texts.Chunks(tokenizer, texts, instruction, sink=[1], max_length=full, first=1, size=1, prefetch=True))
+    assert str(chunked.value) == str(whole.value)
+
+
+def test_leaving_a_prefetching_iteration_early_stops_its_thread():
+    tokenizer = tiny_tokenizer(True)
+    chunks = iter(_texts.Chunks(tokenizer, TEXTS * 20, sink=[1], first=2, size=8, prefetch=True))
+    next(chunks)
+    chunks.close()  # what a loop that breaks or raises leaves to the garbage collector
+    assert not any(t.name.startswith("nosink-tokenize") for t in threading.enumerate())
