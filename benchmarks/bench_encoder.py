@@ -263,7 +263,7 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
     model = _model(args.arch, args.device, dtype)
     texts = synthetic_texts(args.texts)
     print(f"\nencode() vs forward alone on {card}: {args.arch}, {args.dtype}, {len(texts)} synthetic texts of "
-          f"8-100 words, batch {args.batch}, median of {args.repeats}")  # fmt: skip
+          f"8-100 words, batch {args.batch}, median of {args.repeats}, interleaved")  # fmt: skip
     print("| spec | pack_padding | tokens/text | forward alone, texts/s | encode_tokens, texts/s | encode(), texts/s "
           "| encode / forward |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
@@ -289,17 +289,18 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
             def through_encode(encoder=encoder):
                 encoder.encode(texts, batch_size=args.batch, show_progress_bar=False)
 
-            row = []
-            for fn in (forward_alone, through_encode_tokens, through_encode):
+            fns = (forward_alone, through_encode_tokens, through_encode)
+            for fn in fns:
                 fn()  # warm-up
-                times = []
-                for _ in range(args.repeats):
+            times: list[list[float]] = [[] for _ in fns]
+            for _ in range(args.repeats):  # the three interleaved, so that a slow spell of the host hits each alike
+                for fn, took in zip(fns, times, strict=True):
                     _sync(args.device)
                     start = time.perf_counter()
                     fn()
                     _sync(args.device)
-                    times.append(time.perf_counter() - start)
-                row.append(len(texts) / statistics.median(times))
+                    took.append(time.perf_counter() - start)
+            row = [len(texts) / statistics.median(took) for took in times]
             per_text = sum(tokens.lengths) / len(texts)
             shown = spec.replace("|", "\\|")
             print(f"| `{shown}` | {pack} | {per_text:.0f} | {row[0]:,.0f} | {row[1]:,.0f} | {row[2]:,.0f} "
