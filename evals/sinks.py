@@ -7,8 +7,11 @@
   with a small sweep over its neighbours (:func:`neighbours`) rather than a full grid.
 - :func:`plot_attention_grid` and :func:`plot_sink_profiles`: the figures.
 
-Texts are cut to a common length (the shortest text's, at most ``max_tokens``) so that maps of
-different texts line up position by position, as in the paper's figures.
+:func:`attention_maps` cuts the texts to a common length (the shortest text's, at most
+``max_tokens``) so that maps of different texts line up position by position, as in the paper's
+figures. :func:`sink_profile` reads each text at its own length (at most ``max_tokens``; shorter
+texts padded and masked) and averages the per-text shares, so that its answer does not hang on the
+shortest text profiled.
 """
 
 from __future__ import annotations
@@ -60,14 +63,18 @@ class LayerSinks:
         return out
 
 
-def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
+def _rows(encoder: EncoderFromDecoder, texts: Sequence[str] | str) -> tuple[list[str], list[list[int]]]:
     texts, _ = check_texts(texts, "texts")
     if not texts:
         raise ValueError("attention diagnostics need at least one text")
     if encoder.tokenizer is None:
         raise ValueError("attention diagnostics need the encoder's tokenizer")
     tokens = tokenize(encoder.tokenizer, texts, sink=encoder.sink_ids())
-    rows = [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
+    return texts, [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
+
+
+def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
+    texts, rows = _rows(encoder, texts)
     length = min(max_tokens, *(len(r) for r in rows))
     if length < 2:
         raise ValueError("each text needs at least two tokens (with the sink token) for attention maps")
@@ -95,24 +102,73 @@ def sink_profile(
     positions: int = 3,
     threshold: float = 0.5,
     max_tokens: int = 32,
+    *,
+    batch_size: int = 32,
 ) -> list[LayerSinks]:
     """Per layer step, the share of attention on each of the first ``positions`` tokens.
 
-    The share on position p averages, over heads, texts and the queries after p, the weight that
-    query puts on key p. A step is a sink layer when its share on position 0 is at least ``threshold``.
+    Each text is read at its own length (its first ``max_tokens`` tokens, the sink token included);
+    texts of a batch are padded and masked, which changes nothing they attend to. For one text, the
+    share on position p averages, over heads and over the queries after p, the weight that query puts
+    on key p; the profile is the mean of the texts' shares, each text counting once. So the profile
+    of a set of texts is the mean of their one-text profiles, and a short text joining the set does
+    not cut the others. A step is a sink layer when its share on position 0 is at least ``threshold``.
+
+    Args:
+        encoder: the encoder whose plan is profiled (``F*`` for :func:`suggest_spec`).
+        texts: the texts (a single string is one text).
+        positions: how many first positions get a share (0 is the sink token where the model has one).
+        threshold: the first-token share from which a step counts as a sink layer.
+        max_tokens: at most this many tokens of each text.
+        batch_size: texts per forward pass (memory only: the profile is the same for any value).
 
     Raises:
-        ValueError: for no texts, or texts shorter than ``positions + 1`` tokens.
+        ValueError: for no texts, no tokenizer, ``positions`` or ``batch_size`` under 1, or a text of
+            at most ``positions`` tokens (it has no query after the last profiled position).
     """
     if positions < 1:
         raise ValueError(f"positions must be at least 1, got {positions}")
-    ids = _batch(encoder, texts, max_tokens)
-    if ids.shape[1] <= positions:
-        raise ValueError(f"texts need more than {positions} tokens for shares on the first {positions} positions")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    texts, rows = _rows(encoder, texts)
+    rows = [r[:max_tokens] for r in rows]
+    short = [i for i, r in enumerate(rows) if len(r) <= positions]
+    if short:
+        i = short[0]
+        raise ValueError(
+            f"{len(short)} text(s) have at most {positions} tokens with the sink token, e.g. text {i} "
+            f"({len(rows[i])} tokens: {texts[i][:60]!r}); shares on the first {positions} positions need a "
+            "query after them: drop such texts, or lower positions"
+        )
+    totals: torch.Tensor | None = None  # (steps, positions): per-text shares summed over texts
+    steps: list[Any] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        width = max(len(r) for r in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for b, r in enumerate(chunk):
+            ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+            ids[b, len(r) :] = r[0]  # any valid id: masked out
+            mask[b, : len(r)] = 1
+        valid = mask.bool()
+        sums = []
+        weights = encoder.attention_weights(ids, mask)
+        steps = [step for step, _ in weights]
+        for _, w in weights:
+            mean = w.float().mean(dim=1).cpu()  # (B, T, T), heads averaged
+            per_pos = []
+            for p in range(positions):
+                queries = valid[:, p + 1 :]  # the real queries after p, per text
+                on_p = torch.where(queries, mean[:, p + 1 :, p], 0.0).sum(1) / queries.sum(1)  # (B,)
+                per_pos.append(on_p.sum())
+            sums.append(torch.stack(per_pos))
+        chunk_totals = torch.stack(sums).double()
+        totals = chunk_totals if totals is None else totals + chunk_totals
+    assert totals is not None
     out = []
-    for i, (step, w) in enumerate(encoder.attention_weights(ids)):
-        mean = w.float().mean(dim=(0, 1))  # (T, T)
-        shares = tuple(float(mean[p + 1 :, p].mean()) for p in range(positions))
+    for i, step in enumerate(steps):
+        shares = tuple(float(x) for x in totals[i] / len(rows))
         out.append(LayerSinks(i, step.layer, str(step.kind), step.role, shares, shares[0] >= threshold))
     return out
 

@@ -193,3 +193,42 @@ def test_one_string_is_one_text():
     (_, listed), *_ = attention_maps(encoder, ["the cat sat on the mat"])
     assert alone.shape == (7, 7)  # the sink token and six words, not one text per character
     np.testing.assert_array_equal(alone, listed)
+
+
+def _shares(profile):
+    return np.array([p.shares for p in profile])
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+@pytest.mark.parametrize("spec", ["F*", "F* | B*2 | M0B"])
+def test_a_profile_is_the_mean_of_the_one_text_profiles(family, spec):
+    encoder = EncoderFromDecoder(tiny_decoder(family, "eager"), spec, tiny_tokenizer())
+    texts = [*TEXTS, "the cat sat", "we love paris and london but not the river bank in the city"]
+    alone = np.mean([_shares(sink_profile(encoder, [t])) for t in texts], axis=0)
+    for batch_size in (1, 2, len(texts)):  # padded batches of texts of different lengths
+        together = sink_profile(encoder, texts, batch_size=batch_size)
+        np.testing.assert_allclose(_shares(together), alone, rtol=1e-5, atol=1e-6)
+    assert [p.is_sink for p in sink_profile(encoder, texts)] == list(alone[:, 0] >= 0.5)
+
+
+def test_a_short_text_joining_does_not_cut_the_others():
+    encoder = planted_sink_gpt2()
+    short = "the cat sat"  # 4 tokens with the sink token; TEXTS have 7 to 8
+    before = _shares(sink_profile(encoder, TEXTS))
+    after = _shares(sink_profile(encoder, [*TEXTS, short]))
+    expected = (len(TEXTS) * before + _shares(sink_profile(encoder, [short]))) / (len(TEXTS) + 1)
+    np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-6)
+    # Cutting the long texts to the short one's length (the earlier profile) gives other shares.
+    cut = _shares(sink_profile(encoder, TEXTS, max_tokens=4))
+    assert np.abs(cut - before).max() > 1e-3
+    # max_tokens cuts each text on its own: a text shorter than it keeps its length.
+    np.testing.assert_allclose(_shares(sink_profile(encoder, TEXTS, max_tokens=64)), before, rtol=1e-6)
+
+
+def test_a_text_too_short_for_the_positions_is_named():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"text 1 \(3 tokens: 'the cat'\).*lower positions"):
+        sink_profile(encoder, [TEXTS[0], "the cat"], positions=3)
+    assert len(sink_profile(encoder, [TEXTS[0], "the cat"], positions=2)) == 4
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        sink_profile(encoder, TEXTS, batch_size=0)
