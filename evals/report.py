@@ -77,14 +77,15 @@ def inspect_encoder(
 
     Args:
         encoder: the encoder to inspect; ``F*`` (the stock model) also gets a suggested spec.
-        texts: sample texts, cut to a common length of at most ``max_tokens`` tokens.
+        texts: sample texts: the attention maps cut them to a common length of at most ``max_tokens``
+            tokens; the sink profiles read each text at its own length, at most ``max_tokens``.
         out: folder for the figures, tables and ``inspect.json`` (created if missing).
         label: the model's name in titles and the report.
         compare: more specs, profiled on the same decoder and drawn in the same plot.
         layers: layer steps to draw in the attention-map grid (default: all).
         positions: report the share of attention on this many first positions.
         threshold: the share on the first token that makes a layer a sink layer.
-        max_tokens: the longest common length texts are cut to.
+        max_tokens: at most this many tokens of each text.
         meta: extra keys for ``inspect.json`` (the command line, say).
 
     Raises:

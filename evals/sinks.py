@@ -7,8 +7,11 @@
   with a small sweep over its neighbours (:func:`neighbours`) rather than a full grid.
 - :func:`plot_attention_grid` and :func:`plot_sink_profiles`: the figures.
 
-Texts are cut to a common length (the shortest text's, at most ``max_tokens``) so that maps of
-different texts line up position by position, as in the paper's figures.
+:func:`attention_maps` cuts the texts to a common length (the shortest text's, at most
+``max_tokens``) so that maps of different texts line up position by position, as in the paper's
+figures. :func:`sink_profile` reads each text at its own length (at most ``max_tokens``; shorter
+texts padded and masked) and averages the per-text shares, so that its answer does not hang on the
+shortest text profiled.
 """
 
 from __future__ import annotations
@@ -60,14 +63,18 @@ class LayerSinks:
         return out
 
 
-def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
+def _rows(encoder: EncoderFromDecoder, texts: Sequence[str] | str) -> tuple[list[str], list[list[int]]]:
     texts, _ = check_texts(texts, "texts")
     if not texts:
         raise ValueError("attention diagnostics need at least one text")
     if encoder.tokenizer is None:
         raise ValueError("attention diagnostics need the encoder's tokenizer")
     tokens = tokenize(encoder.tokenizer, texts, sink=encoder.sink_ids())
-    rows = [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
+    return texts, [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
+
+
+def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
+    texts, rows = _rows(encoder, texts)
     length = min(max_tokens, *(len(r) for r in rows))
     if length < 2:
         raise ValueError("each text needs at least two tokens (with the sink token) for attention maps")
@@ -95,24 +102,73 @@ def sink_profile(
     positions: int = 3,
     threshold: float = 0.5,
     max_tokens: int = 32,
+    *,
+    batch_size: int = 32,
 ) -> list[LayerSinks]:
     """Per layer step, the share of attention on each of the first ``positions`` tokens.
 
-    The share on position p averages, over heads, texts and the queries after p, the weight that
-    query puts on key p. A step is a sink layer when its share on position 0 is at least ``threshold``.
+    Each text is read at its own length (its first ``max_tokens`` tokens, the sink token included);
+    texts of a batch are padded and masked, which changes nothing they attend to. For one text, the
+    share on position p averages, over heads and over the queries after p, the weight that query puts
+    on key p; the profile is the mean of the texts' shares, each text counting once. So the profile
+    of a set of texts is the mean of their one-text profiles, and a short text joining the set does
+    not cut the others. A step is a sink layer when its share on position 0 is at least ``threshold``.
+
+    Args:
+        encoder: the encoder whose plan is profiled (``F*`` for :func:`suggest_spec`).
+        texts: the texts (a single string is one text).
+        positions: how many first positions get a share (0 is the sink token where the model has one).
+        threshold: the first-token share from which a step counts as a sink layer.
+        max_tokens: at most this many tokens of each text.
+        batch_size: texts per forward pass (memory only: the profile is the same for any value).
 
     Raises:
-        ValueError: for no texts, or texts shorter than ``positions + 1`` tokens.
+        ValueError: for no texts, no tokenizer, ``positions`` or ``batch_size`` under 1, or a text of
+            at most ``positions`` tokens (it has no query after the last profiled position).
     """
     if positions < 1:
         raise ValueError(f"positions must be at least 1, got {positions}")
-    ids = _batch(encoder, texts, max_tokens)
-    if ids.shape[1] <= positions:
-        raise ValueError(f"texts need more than {positions} tokens for shares on the first {positions} positions")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    texts, rows = _rows(encoder, texts)
+    rows = [r[:max_tokens] for r in rows]
+    short = [i for i, r in enumerate(rows) if len(r) <= positions]
+    if short:
+        i = short[0]
+        raise ValueError(
+            f"{len(short)} text(s) have at most {positions} tokens with the sink token, e.g. text {i} "
+            f"({len(rows[i])} tokens: {texts[i][:60]!r}); shares on the first {positions} positions need a "
+            "query after them: drop such texts, or lower positions"
+        )
+    totals: torch.Tensor | None = None  # (steps, positions): per-text shares summed over texts
+    steps: list[Any] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        width = max(len(r) for r in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for b, r in enumerate(chunk):
+            ids[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+            ids[b, len(r) :] = r[0]  # any valid id: masked out
+            mask[b, : len(r)] = 1
+        valid = mask.bool()
+        sums = []
+        weights = encoder.attention_weights(ids, mask)
+        steps = [step for step, _ in weights]
+        for _, w in weights:
+            mean = w.float().mean(dim=1).cpu()  # (B, T, T), heads averaged
+            per_pos = []
+            for p in range(positions):
+                queries = valid[:, p + 1 :]  # the real queries after p, per text
+                on_p = torch.where(queries, mean[:, p + 1 :, p], 0.0).sum(1) / queries.sum(1)  # (B,)
+                per_pos.append(on_p.sum())
+            sums.append(torch.stack(per_pos))
+        chunk_totals = torch.stack(sums).double()
+        totals = chunk_totals if totals is None else totals + chunk_totals
+    assert totals is not None
     out = []
-    for i, (step, w) in enumerate(encoder.attention_weights(ids)):
-        mean = w.float().mean(dim=(0, 1))  # (T, T)
-        shares = tuple(float(mean[p + 1 :, p].mean()) for p in range(positions))
+    for i, step in enumerate(steps):
+        shares = tuple(float(x) for x in totals[i] / len(rows))
         out.append(LayerSinks(i, step.layer, str(step.kind), step.role, shares, shares[0] >= threshold))
     return out
 
@@ -146,24 +202,32 @@ K0_SHARE = 0.2
 def suggest_spec(profile: Sequence[LayerSinks], depth: int, threshold: float = 0.5) -> Suggestion:
     """Propose ``F* | B*(k-k0) | M0B*k0`` from the stock model's (``F*``) sink profile.
 
-    k: every layer from where the sink *holds* up is converted. The sink holds over the run of
-    layers that ends at the highest sink layer (first-token share >= ``threshold``) and in which
-    every layer is a sink layer or a single non-sink layer between two sink layers. The layers below
-    the run stay forward: the paper's Finding 1, the lowest layers carry dependencies that conversion
-    breaks. Bridging single dips keeps one weak layer (SmolLM2's layer 16, 0.496 on one text set) from
-    cutting the run, and taking the run under the highest sink layer keeps isolated sink layers lower
-    down (SmolLM2's layers 3-9 hover at 0.42-0.53 depending on the texts; gemma-3-270m sinks at layers
-    0-1, not at 2) from starting it: on both of SmolLM2's text sets in docs/results the run starts at
-    layer 12, while the first layer over the threshold, the earlier rule, moved from 12 to 5 with the
-    texts. With no sink layer at all, the top half is converted.
+    k: the layers that hold the upper half of the sink mass are converted. The sink mass of a layer
+    is its share of attention on the first token; summed from layer 0 up, it passes half of its total
+    at some layer m, and the k = depth - m layers from m up are converted. The layers below stay
+    forward (the paper's Finding 1: the lowest layers carry dependencies that conversion breaks; at
+    least one layer always stays forward). A model whose sink grows with depth converts fewer than half
+    of its layers; a flat profile gives half. Unlike a threshold on single layers, m moves little with
+    the texts profiled: with 16 or 64 STS-B train sentences or the 16 sentences of
+    ``docs/results/sinks-profiles/texts.txt``, m is 18 on SmolLM2-135M (30 layers), 11-13 on
+    Qwen2.5-Coder-0.5B (24) and 9 on gemma-3-270m (18), while the first layer over a 0.5 threshold
+    moved from 3 to 7 on SmolLM2, did not exist on Qwen (every share under 0.5 there) and was layer 0
+    on gemma (every layer converted: 0.37 Spearman on STS-B test against 0.65 for the best swept spec).
+    With no attention on the first token at all, the top half is converted.
 
     k0: the top fifth of the converted layers hide the sink, ``max(1, round(k / 5))``
-    (:data:`K0_SHARE`). Hiding the sink makes a layer put the attention it parked there on the text;
-    the profile does not say in how many layers that helps. On SmolLM2-135M's NER probe (docs/results)
-    the best MASK0&BIDIR spec has k0 = 4 of k = 20; k0 = 1-4 scored 0.517-0.555 at k = 12-24, every
-    k0 >= 7 0.496-0.509 at k = 14-22, and the earlier rule, half of k (k0 = 9 at k = 18), lost 0.056 F1
-    to the best. A fifth of k gives a few layers, like that optimum, and grows with the converted depth.
-    It is calibrated on one model and one task: validate it on held-out data.
+    (:data:`K0_SHARE`). The profile does not say in how many layers hiding the sink helps. On
+    SmolLM2-135M's NER probe (docs/results) k0 = 1-4 scored 0.517-0.555 at k = 12-24 and every
+    k0 >= 7 0.496-0.509; on STS-B dev (the study) k0 = 2 and 4 are within 0.004 of each other on
+    all three models.
+
+    Validated on held-out STS-B test pairs in docs/results/study.md ("suggest_spec, scored"): read
+    it there before trusting it on another model or task.
+
+    Args:
+        profile: :func:`sink_profile` of the model under ``F*``.
+        depth: the decoder's number of layers.
+        threshold: the first-token share that makes a sink layer; it only counts them in ``reason``.
 
     Raises:
         ValueError: if the profile is not of a stock (all forward) plan of ``depth`` layers.
@@ -171,18 +235,22 @@ def suggest_spec(profile: Sequence[LayerSinks], depth: int, threshold: float = 0
     stack = [p for p in profile if p.role == "stack"]
     if len(stack) != depth or any(p.kind != "F" for p in stack):
         raise ValueError("suggest_spec() reads the sink profile of the unconverted model (spec 'F*')")
-    sink = [p.shares[0] >= threshold for p in stack]
-    if not any(sink):
+    mass = [max(0.0, p.shares[0]) for p in stack]
+    total = sum(mass)
+    sinks = sum(x >= threshold for x in mass)
+    counted = f"{sinks} of {depth} layers put >= {threshold:.0%} of their attention on the first token"
+    if total <= 0.0:
         k = max(1, depth // 2)
-        reason = f"no layer puts >= {threshold:.0%} of its attention on the first token; converting the top half"
+        reason = "no attention on the first token; converting the top half"
     else:
-        top = max(i for i, s in enumerate(sink) if s)  # the run ends at the highest sink layer
-        first = top
-        while first > 0 and (sink[first - 1] or (first >= 2 and sink[first - 2])):
-            first -= 1  # the layer below joins the run: a sink layer, or a single non-sink layer under it
-        k = depth - first
-        above = "" if top == depth - 1 else f" (none above layer {top})"
-        reason = f"sink layers (>= {threshold:.0%} on the first token) run from layer {first}{above} of 0..{depth - 1}"
+        running, mid = 0.0, 0
+        while running + mass[mid] <= total / 2:  # m: the layer at which the running sum passes half
+            running += mass[mid]
+            mid += 1
+        k = max(1, min(depth - mid, depth - 1))
+        reason = (
+            f"half the first-token attention (summed over layers) lies in layers {depth - k}..{depth - 1}; {counted}"
+        )
     k0 = max(1, int(k * K0_SHARE + 0.5))
     return Suggestion(presets.mask0_and_bidir(k, k0), k, k0, reason + f"; k={k}, no-sink top fifth k0={k0}")
 

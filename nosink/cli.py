@@ -235,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="share on the first token that makes a sink layer")  # fmt: skip
     ins.add_argument("--positions", type=_count(), default=3, help="report shares on this many first positions")
     ins.add_argument("--max-tokens", type=_count(minimum=2), default=32,
-                     help="texts are cut to a common length of at most this")  # fmt: skip
+                     help="at most this many tokens per text (the maps cut texts to a common length)")  # fmt: skip
     ins.add_argument("--out", type=Path, default=Path("inspect"), help="folder for the figures and tables")
 
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")

@@ -167,7 +167,7 @@ def test_sink_profile_suggestions_table_equals_profiles_json():
             suggestion["k"],
             suggestion["k0"],
         )
-        assert start == ("none" if not m["sink_layers"] else str(m["depth"] - int(k)))
+        assert start == str(m["depth"] - int(k))  # the layer from which the upper half of the sink mass lies
         # The suggestion recorded by `nosink inspect` is what suggest_spec gives on the recorded profile today.
         profile = [LayerSinks(i, i, "F", "stack", (x,), x >= 0.5) for i, x in enumerate(m["first_token_share"])]
         assert str(suggest_spec(profile, m["depth"]).spec) == str(parse_spec(suggestion["spec"]))

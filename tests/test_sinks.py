@@ -74,7 +74,9 @@ def test_a_planted_sink_is_detected_and_masking_it_removes_it():
     assert not any(p.is_sink for p in sink_profile(masked, TEXTS, threshold=0.5))
     suggestion = suggest_spec(profile, depth=4)
     assert (suggestion.k, suggestion.k0) == (3, 1) and str(suggestion.spec) == "F* | B*2 | M0B"
-    assert "sink layers (>= 50% on the first token) run from layer 1 (none above layer 2) of 0..3" in suggestion.reason
+    # shares 0.26, 1.0, 1.0, 0.26: the running sum passes half the total (1.26) at layer 1
+    assert "half the first-token attention (summed over layers) lies in layers 1..3" in suggestion.reason
+    assert "2 of 4 layers put >= 50% of their attention on the first token" in suggestion.reason
 
 
 def stock_profile(first_token_shares, threshold=0.5):
@@ -93,41 +95,72 @@ SMOLLM2_LIKE = [
 ]
 
 
-def test_k_starts_where_the_sink_holds_not_at_the_first_layer_over_the_threshold():
+GEMMA_LIKE = [
+    0.53,
+    0.80,
+    0.36,
+    0.53,
+    0.36,
+    0.89,
+    0.57,
+    0.35,
+    0.38,
+    0.56,
+    0.51,
+    0.72,
+    0.85,
+    0.65,
+    0.73,
+    0.49,
+    0.62,
+    0.76,
+]
+
+
+def test_k_is_the_layers_that_hold_the_upper_half_of_the_sink_mass():
     assert len(SMOLLM2_LIKE) == 30
     suggestion = suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30)
-    # The earlier rule took the first layer over the threshold (3): k = 27, k0 = 13.
-    assert (suggestion.k, suggestion.k0) == (18, 4) and str(suggestion.spec) == "F* | B*14 | M0B*4"
-    assert "run from layer 12 of 0..29" in suggestion.reason
-    # One dip is bridged; two in a row end the run.
-    two_dips = [*SMOLLM2_LIKE[:20], 0.3, 0.3, *SMOLLM2_LIKE[22:]]
-    assert suggest_spec(stock_profile(two_dips), depth=30).k == 30 - 22
-    # gemma-3-270m-like: sink layers at 0-1, not 2, then scattered; the run under the top starts at 9.
-    gemma_like = [0.53, 0.80, 0.36, 0.53, 0.36, 0.89, 0.57, 0.35, 0.38, 0.56, 0.51, 0.72, 0.85, 0.65, 0.73]
-    gemma = suggest_spec(stock_profile([*gemma_like, 0.49, 0.62, 0.76]), depth=18)
-    assert (gemma.k, gemma.k0) == (9, 2)  # the earlier rule: k = 18 (all layers converted), k0 = 9
+    # Sum of the shares: 18.8; the running sum reaches 9.4 at layer 18. The run-of-sinks rule gave k = 18,
+    # the first-layer-over-the-threshold rule k = 27.
+    assert (suggestion.k, suggestion.k0) == (12, 2) and str(suggestion.spec) == "F* | B*10 | M0B*2"
+    assert "lies in layers 18..29" in suggestion.reason
+    # gemma-3-270m-like: sink layers scattered from layer 0; the mass is spread, its midpoint at layer 9.
+    gemma = suggest_spec(stock_profile(GEMMA_LIKE), depth=18)
+    assert (gemma.k, gemma.k0) == (9, 2)
 
 
-def test_a_sink_that_stops_below_the_top_converts_from_its_run_up():
-    suggestion = suggest_spec(stock_profile([0.1, 0.2, 0.1, 0.1, 0.7, 0.8, 0.9, 0.3, 0.2, 0.2]), depth=10)
-    assert (suggestion.k, suggestion.k0) == (
-        6,
-        1,
-    ) and "run from layer 4 (none above layer 6) of 0..9" in suggestion.reason
+def test_k_does_not_hang_on_the_threshold_or_on_the_scale_of_the_shares():
+    base = suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30)
+    for threshold in (0.3, 0.85, 0.95):  # it only counts sink layers in the reason
+        other = suggest_spec(stock_profile(SMOLLM2_LIKE, threshold), depth=30, threshold=threshold)
+        assert (other.k, other.k0) == (base.k, base.k0)
+    assert "0 of 30 layers put >= 95%" in suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30, threshold=0.95).reason
+    # Shares scaled down (weaker sinks everywhere, as on texts of another length) move nothing.
+    weaker = suggest_spec(stock_profile([0.4 * x for x in SMOLLM2_LIKE]), depth=30)
+    assert (weaker.k, weaker.k0) == (base.k, base.k0)
+    # Qwen-like: no layer over 0.5 (the run-of-sinks rule then fell back to half), the mass slightly higher up.
+    qwen = [0.25, 0.21, 0.33, 0.24, 0.25, 0.22, 0.31, 0.24, 0.34, 0.21, 0.18, 0.23]
+    qwen += [0.26, 0.19, 0.25, 0.22, 0.18, 0.19, 0.11, 0.14, 0.24, 0.31, 0.45, 0.49]
+    assert suggest_spec(stock_profile(qwen), depth=24).k == 12
 
 
-def test_the_threshold_decides_the_sink_layers():
-    assert suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30, threshold=0.85).k == 30 - 23  # 23-24 (and 20)
-    none = suggest_spec(stock_profile(SMOLLM2_LIKE), depth=30, threshold=0.95)
-    assert (none.k, none.k0) == (15, 3) and none.reason.startswith("no layer puts >= 95%")
+def test_flat_and_empty_profiles_convert_the_top_half_and_one_layer_always_stays_forward():
+    assert suggest_spec(stock_profile([0.5] * 30), depth=30).k == 15
+    assert suggest_spec(stock_profile([0.5] * 7), depth=7).k == 4  # layers 3..6
+    none = suggest_spec(stock_profile([0.0] * 30), depth=30)
+    assert (none.k, none.k0) == (15, 3) and none.reason.startswith("no attention on the first token")
+    bottom = suggest_spec(stock_profile([0.9] + [0.01] * 9), depth=10)  # all the mass in layer 0
+    assert bottom.k == 9 and str(bottom.spec.resolve(10).stack[0]) == "F"
+    top = suggest_spec(stock_profile([0.01] * 9 + [0.9]), depth=10)
+    assert (top.k, top.k0) == (1, 1) and str(top.spec) == "F* | M0B"
 
 
 @pytest.mark.parametrize(
-    "k, k0", [(1, 1), (2, 1), (7, 1), (8, 2), (12, 2), (13, 3), (18, 4), (20, 4), (23, 5), (30, 6)]
+    "k, k0", [(1, 1), (2, 1), (7, 1), (8, 2), (12, 2), (13, 3), (18, 4), (20, 4), (23, 5), (29, 6)]
 )
 def test_k0_is_a_fifth_of_k_rounded_and_at_least_one(k, k0):
-    # The sink holds over the top k layers of 30: the earlier rule's k0 was k // 2 (9 at k = 18).
-    suggestion = suggest_spec(stock_profile([0.1] * (30 - k) + [0.9] * k), depth=30)
+    # All the mass in layer 30 - k: the top k layers are converted (the earlier rule's k0 was k // 2).
+    suggestion = suggest_spec(stock_profile([0.0] * (30 - k) + [0.9] + [0.0] * (k - 1)), depth=30)
     assert (suggestion.k, suggestion.k0) == (k, k0)
     expected = f"F* | B*{k - k0} | M0B*{k0}" if k > k0 else f"F* | M0B*{k0}"
     assert suggestion.spec.resolve(30).stack == parse_spec(expected).resolve(30).stack
@@ -193,3 +226,42 @@ def test_one_string_is_one_text():
     (_, listed), *_ = attention_maps(encoder, ["the cat sat on the mat"])
     assert alone.shape == (7, 7)  # the sink token and six words, not one text per character
     np.testing.assert_array_equal(alone, listed)
+
+
+def _shares(profile):
+    return np.array([p.shares for p in profile])
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+@pytest.mark.parametrize("spec", ["F*", "F* | B*2 | M0B"])
+def test_a_profile_is_the_mean_of_the_one_text_profiles(family, spec):
+    encoder = EncoderFromDecoder(tiny_decoder(family, "eager"), spec, tiny_tokenizer())
+    texts = [*TEXTS, "the cat sat", "we love paris and london but not the river bank in the city"]
+    alone = np.mean([_shares(sink_profile(encoder, [t])) for t in texts], axis=0)
+    for batch_size in (1, 2, len(texts)):  # padded batches of texts of different lengths
+        together = sink_profile(encoder, texts, batch_size=batch_size)
+        np.testing.assert_allclose(_shares(together), alone, rtol=1e-5, atol=1e-6)
+    assert [p.is_sink for p in sink_profile(encoder, texts)] == list(alone[:, 0] >= 0.5)
+
+
+def test_a_short_text_joining_does_not_cut_the_others():
+    encoder = planted_sink_gpt2()
+    short = "the cat sat"  # 4 tokens with the sink token; TEXTS have 7 to 8
+    before = _shares(sink_profile(encoder, TEXTS))
+    after = _shares(sink_profile(encoder, [*TEXTS, short]))
+    expected = (len(TEXTS) * before + _shares(sink_profile(encoder, [short]))) / (len(TEXTS) + 1)
+    np.testing.assert_allclose(after, expected, rtol=1e-5, atol=1e-6)
+    # Cutting the long texts to the short one's length (the earlier profile) gives other shares.
+    cut = _shares(sink_profile(encoder, TEXTS, max_tokens=4))
+    assert np.abs(cut - before).max() > 1e-3
+    # max_tokens cuts each text on its own: a text shorter than it keeps its length.
+    np.testing.assert_allclose(_shares(sink_profile(encoder, TEXTS, max_tokens=64)), before, rtol=1e-6)
+
+
+def test_a_text_too_short_for_the_positions_is_named():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer())
+    with pytest.raises(ValueError, match=r"text 1 \(3 tokens: 'the cat'\).*lower positions"):
+        sink_profile(encoder, [TEXTS[0], "the cat"], positions=3)
+    assert len(sink_profile(encoder, [TEXTS[0], "the cat"], positions=2)) == 4
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        sink_profile(encoder, TEXTS, batch_size=0)
