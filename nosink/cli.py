@@ -420,6 +420,7 @@ def _add_encode_corpus(sub: Any) -> None:
     c.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], help="weights (default: checkpoint's)")
     c.add_argument("--batch-size", type=_count(), default=32, help="texts per forward pass")
     c.add_argument("--max-length", type=_count(), default=512, help="tokens per input (longer are cut)")
+    c.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP + "; kept in the manifest")
     c.add_argument("--shard-rows", type=_count(), default=10_000, help="input rows per shard")
     c.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (listed in the manifest), not stop")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -433,7 +434,7 @@ def _encode_corpus(args: argparse.Namespace) -> int:
 
     device = local_device()
     encoder = EncoderFromDecoder.from_pretrained(
-        _model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device
+        _model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device, exit_layer=args.exit_layer
     )
     summary = encode_corpus(
         encoder, args.input, args.out, text_field=args.text_field, id_field=args.id_field,
