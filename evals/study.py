@@ -980,14 +980,16 @@ def run(args: argparse.Namespace, command: str) -> int:
         0 (the exit status).
 
     Raises:
-        FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for.
+        FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
+            ``stsb/``, whose training sentences the suggestion profiles).
     """
     import torch
 
+    from nosink.evals.baselines import BASELINES
     from nosink.models.weights import MODELS, model_path
 
     data, out = Path(args.data), Path(args.out)
-    _check_data(data, args.tasks)
+    _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
     model = model_path(args.model) if args.model in MODELS else args.model
     templates = [None if t == NO_TEMPLATE else t for t in args.templates]
     exit_templates = [None if t == NO_TEMPLATE else t for t in args.exit_templates]
@@ -1064,22 +1066,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(args, "python -m nosink.evals.study " + " ".join(sys.argv[1:] if argv is None else argv))
 
 
-TASK_FOLDERS = {
-    "sts": "stsb", "sts17": "sts17", "banking77": "banking77", "emotion": "emotion", "massive": "massive_intent",
-    "nfcorpus": "nfcorpus", "scifact": "scifact", "ner": "conll2003",
+TASK_FOLDERS: dict[str, tuple[str, ...]] = {
+    "sts": ("stsb",), "sts17": ("stsb", "sts17"), "banking77": ("banking77",), "emotion": ("emotion",),
+    "massive": ("massive_intent",), "nfcorpus": ("nfcorpus",), "scifact": ("scifact",), "ner": ("conll2003",),
 }  # fmt: skip
-"""The folder under ``--data`` that each task of ``--tasks`` reads."""
+"""The folders under ``--data`` that each task of ``--tasks`` reads (STS17 is chosen on STS-B dev)."""
 
 
-def _check_data(data: Path, tasks: Sequence[str]) -> None:
-    """Refuse a ``--data`` that is not a folder, or lacks a folder the tasks read, before any model loads."""
-    known = [t for t in tasks if t in TASK_FOLDERS]
+def _check_data(data: Path, tasks: Sequence[str], suggestion: bool = False) -> None:
+    """Refuse a ``--data`` that is not a folder, or lacks a folder the tasks (or the suggestion) read,
+    before any model loads."""
+    needed = {folder: task for task in tasks for folder in TASK_FOLDERS.get(task, ())}  # folder -> a task needing it
+    if suggestion:
+        needed.setdefault("stsb", "the suggestion's sink profile, or give --no-suggestion")
     if not data.is_dir():
-        raise FileNotFoundError(
-            f"no data folder at {printable(str(data))}: --data names the folder holding "
-            f"{', '.join(TASK_FOLDERS[t] + '/' for t in known)}"
-        )
-    missing = [f"{TASK_FOLDERS[t]}/ (for {t})" for t in known if not (data / TASK_FOLDERS[t]).is_dir()]
+        folders = ", ".join(f"{folder}/" for folder in needed)
+        raise FileNotFoundError(f"no data folder at {printable(str(data))}: --data names the folder holding {folders}")
+    missing = [f"{folder}/ (for {task})" for folder, task in needed.items() if not (data / folder).is_dir()]
     if missing:
         raise FileNotFoundError(f"the data folder {printable(str(data))} has no {', '.join(missing)}")
 

@@ -214,9 +214,11 @@ def test_eval_study_refuses_missing_data_unknown_tasks_and_templates(saved, tmp_
     base = ["eval", "study", str(saved), "--out", str(tmp_path / "out")]
     assert main([*base, "--data", str(tmp_path / "nowhere")]) == 1
     assert "nosink: error: no data folder at " in capsys.readouterr().err
-    (tmp_path / "data" / "stsb").mkdir(parents=True)
-    assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "sts", "ner"]) == 1
-    assert "has no conll2003/ (for ner)" in capsys.readouterr().err
+    (tmp_path / "data" / "conll2003").mkdir(parents=True)
+    assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "ner"]) == 1
+    assert "has no stsb/ (for the suggestion's sink profile, or give --no-suggestion)" in capsys.readouterr().err
+    assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "sts", "ner", "--no-suggestion"]) == 1
+    assert "has no stsb/ (for sts)" in capsys.readouterr().err
     for option, value, message in (
         ("--tasks", "stsb", "invalid choice: 'stsb'"),
         ("--templates", "PromptEOLL", "unknown template 'PromptEOLL'; expected one of instruction, PromptEOL"),
