@@ -210,10 +210,19 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     assert results_table(sts) in printed and f"{out / 'ner.json'}" in printed
 
 
-def test_eval_study_refuses_missing_data_unknown_tasks_and_templates(saved, tmp_path, capsys):
+def test_eval_study_refuses_missing_data_unknown_tasks_and_templates(saved, tmp_path, capsys, monkeypatch):
     base = ["eval", "study", str(saved), "--out", str(tmp_path / "out")]
     assert main([*base, "--data", str(tmp_path / "nowhere")]) == 1
-    assert "nosink: error: no data folder at " in capsys.readouterr().err
+    assert f"nosink: error: no data folder at {tmp_path / 'nowhere'}: --data names the folder holding stsb/" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.delenv("NOSINK_DATA", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(base)
+    assert info.value.code == 2 and "the following arguments are required: --data" in capsys.readouterr().err
+    monkeypatch.setenv("NOSINK_DATA", str(tmp_path / "elsewhere"))  # --data's default
+    assert main(base) == 1
+    assert f"no data folder at {tmp_path / 'elsewhere'}" in capsys.readouterr().err
     (tmp_path / "data" / "conll2003").mkdir(parents=True)
     assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "ner"]) == 1
     assert "has no stsb/ (for the suggestion's sink profile, or give --no-suggestion)" in capsys.readouterr().err
