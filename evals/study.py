@@ -947,7 +947,7 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
                         "PretendedCoT", "KnowledgeEnhancement", "Echo", "MetaEOL"],
                         help=f"'{NO_TEMPLATE}' (mean pooling, the task's instruction) or template presets")  # fmt: skip
     parser.add_argument("--ks", type=int, nargs="+", help="converted layers (default: depth/4, depth/2, 2 depth/3)")
-    parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4], help="MASK0&BIDIR's sink-free top layers")
+    parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4], help="top layers that also hide the sink")
     parser.add_argument("--exits", type=int, nargs="*", default=[], help="exit layers to try")
     parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
                         help="templates whose chosen specs are tried at --exits")  # fmt: skip
