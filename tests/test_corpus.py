@@ -140,6 +140,37 @@ def test_a_rerun_with_other_arguments_is_refused(encoder, jsonl, tmp_path):
         encode_corpus(encoder, jsonl[0], tmp_path / "busy", show_progress=False, **JOB)
 
 
+def test_an_early_exit_gives_the_exiting_encoders_vectors_and_a_resume_must_match_it(
+    model, encoder, jsonl, reference, tmp_path
+):
+    exiting = EncoderFromDecoder.from_pretrained(model, exit_layer=2)
+    want = exiting.encode(jsonl[1], INSTRUCTION, normalize_embeddings=True, batch_size=16)
+    assert not np.allclose(want, reference, atol=1e-3)  # the exit changes the vectors
+    out = tmp_path / "out"
+    encode_corpus(encoder, jsonl[0], out, exit_layer=2, show_progress=False, **JOB)
+    result = load_corpus_embeddings(out)
+    assert result.manifest["exit_layer"] == 2 and result.manifest["spec"] == SPEC
+    np.testing.assert_allclose(np.asarray(result.vectors), want, atol=1e-5, rtol=0)
+
+    # The exit that counts is the run's: an encoder built with exit_layer=2 resumes the same folder.
+    again = encode_corpus(exiting, jsonl[0], out, show_progress=False, **JOB)
+    assert again.ranks[0].shards_reused == 9 and again.texts == 0
+    for exit_layer, shown in ((3, "3"), (None, "None")):
+        with pytest.raises(ValueError, match=rf"other arguments \(exit_layer 2 there, {shown} now\)"):
+            encode_corpus(encoder, jsonl[0], out, exit_layer=exit_layer, show_progress=False, **JOB)
+    full = tmp_path / "full"
+    encode_corpus(encoder, jsonl[0], full, show_progress=False, **JOB)
+    assert load_corpus_embeddings(full).manifest["exit_layer"] is None
+
+    for bad, message in (
+        (5, "exit_layer must be from 1 to the model's 4 layers, got 5"),
+        (0, "exit_layer must be a positive integer, got 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            encode_corpus(encoder, jsonl[0], tmp_path / "bad", exit_layer=bad, show_progress=False, **JOB)
+    assert not (tmp_path / "bad").exists()  # refused before the folder is made
+
+
 def test_a_changed_input_is_refused(encoder, tmp_path):
     source = tmp_path / "c.txt"
     source.write_text("the cat\nthe dog\n")
@@ -270,6 +301,26 @@ def test_command_line(model, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*args, "--batch-size", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+
+    exits = [
+        "encode-corpus",
+        model,
+        "--input",
+        str(tmp_path / "c.txt"),
+        "--out",
+        str(tmp_path / "exit"),
+        "--no-progress",
+    ]
+    assert main([*exits, "--exit-layer", "3"]) == 0
+    got = load_corpus_embeddings(tmp_path / "exit")
+    assert got.manifest["exit_layer"] == 3
+    want = EncoderFromDecoder.from_pretrained(model, exit_layer=3).encode(["the cat sat", "the dog ran"])
+    np.testing.assert_allclose(np.asarray(got.vectors), want, atol=1e-5, rtol=0)
+    capsys.readouterr()
+    assert main(exits) == 1
+    assert "exit_layer 3 there, None now" in capsys.readouterr().err
+    assert main([*exits, "--exit-layer", "9"]) == 1
+    assert "exit_layer must be from 1 to the model's 4 layers, got 9" in capsys.readouterr().err
 
 
 def _write_ids(path, ids, seed=0):

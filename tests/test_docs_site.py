@@ -87,7 +87,17 @@ def test_api_reference_is_generated_from_docstrings(site):
 
 def test_cli_reference_shows_every_commands_real_help(site):
     html = (site / "reference" / "cli" / "index.html").read_text()
-    for command in ("demo", "encode", "plan", "inspect", "eval ner", "eval sweep", "eval mteb", "eval classify"):
+    for command in (
+        "demo",
+        "encode",
+        "plan",
+        "inspect",
+        "eval ner",
+        "eval sweep",
+        "eval mteb",
+        "eval classify",
+        "eval study",
+    ):
         assert f"usage: nosink {command}" in html, command
     assert "--train-limit" in html and "--threshold" in html
 
