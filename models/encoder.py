@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 PACK_MIN_PADDING = 0.05
 
 # On CUDA, encode() tokenizes its texts a chunk at a time while the GPU runs the batches of the chunks before:
-# the first chunk holds one batch (so the GPU starts at once), the others this many batches.
-ENCODE_CHUNK_BATCHES = 4
+# the first chunk holds one batch (so the GPU starts at once), each next one twice as many, up to this many batches
+# (texts are sorted by length within a chunk: the more batches, the less padding).
+ENCODE_CHUNK_BATCHES = 16
 # On CUDA, encode() brings a batch's vectors back to the host this many batches after launching it, so the host
 # never waits for the GPU inside the loop (the copy is long done by then) and holds a bounded number of batches.
 ENCODE_LAG_BATCHES = 4
@@ -716,8 +717,9 @@ class EncoderFromDecoder(nn.Module):
         1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
 
         On CUDA (with the fast path and packing not turned off) the GPU is kept busy: texts are tokenized a
-        chunk at a time (one batch, then four batches' worth) while the GPU runs the batches of the chunks
-        before, and sorted by length within each chunk (padding costs almost nothing once batches run packed);
+        chunk at a time (one batch, then twice as many each time, up to 16 batches' worth), each chunk by the
+        tokenizer's Rust code in a thread while the GPU runs the batches of the chunk before, and sorted by length
+        within each chunk (what padding is left runs packed, at almost no cost);
         batches are built on the host in pinned memory, and vectors come back to the host a few batches after
         their launch, so the loop never waits for the GPU. Elsewhere all texts are tokenized first and sorted
         together. Either way a text's vector depends on its batch only through the rounding above.

@@ -407,9 +407,10 @@ class Chunk:
 class Chunks:
     """The texts of one call tokenized a chunk at a time, each chunk under every prompt of its template.
 
-    Iterating gives :class:`Chunk` values in order: the first holds ``first`` texts, the others ``size``
-    (all texts in one chunk by default). Each chunk is tokenized only when the iteration reaches it, so a
-    caller can run the batches of one chunk on a GPU while the next is tokenized. Each chunk goes through
+    Iterating gives :class:`Chunk` values in order: the first holds ``first`` texts, each next one twice as
+    many as the one before, up to ``size`` (all texts in one chunk by default). Each chunk is tokenized only
+    when the iteration reaches it (or, with ``prefetch``, while the one before is used), so a caller can run
+    the batches of one chunk on a GPU while the next is tokenized. Each chunk goes through
     :func:`tokenize` as it is; what the whole call adds:
 
     - the truncation and empty-text warnings of :func:`warn_about` come once for all the texts, when the
@@ -426,7 +427,7 @@ class Chunks:
         max_length: as for :func:`tokenize`.
         template: a :class:`Template` (each of its prompts tokenizes every chunk), or ``None``.
         first: the first chunk's number of texts; ``None``: ``size``.
-        size: every other chunk's number of texts; ``None``: all of them.
+        size: the most texts a chunk holds; ``None``: all of them.
         caller: who the warnings name.
         prefetch: with a fast tokenizer, tokenize the next chunk in a thread while the caller works on this one
             (the tokenizer's Rust code runs beside Python; turning ids into rows stays on the caller's thread).
@@ -457,11 +458,11 @@ class Chunks:
         size = max(n, 1) if size is None else positive_int(size, "size")
         first = size if first is None else positive_int(first, "first")
         self.bounds: list[tuple[int, int]] = []
-        start = 0
+        start, step = 0, min(first, size)
         while start < n:
-            stop = min(n, start + (first if not self.bounds else size))
+            stop = min(n, start + step)
             self.bounds.append((start, stop))
-            start = stop
+            start, step = stop, min(2 * step, size)
 
     @property
     def sizes(self) -> list[int]:
@@ -475,7 +476,7 @@ class Chunks:
         truncated: set[int] = set()
         empty: list[int] = []
         pool = ThreadPoolExecutor(1, thread_name_prefix="nosink-tokenize") if self._prefetches() else None
-        coming: Future[list[_Encoded]] | None = None
+        coming: Future[list[list[Any]]] | None = None
         try:
             for k, (start, stop) in enumerate(self.bounds):
                 encoded, coming = coming, None
@@ -495,17 +496,23 @@ class Chunks:
         # Tokenizing ahead pays where the tokenizer's Rust backend does the work (see _encode).
         return self.prefetch and len(self.bounds) > 1 and _backend(self.tokenizer) is not None
 
-    def _encode_chunk(self, start: int, stop: int) -> list[_Encoded]:
-        # What _tokenize reads from the tokenizer for texts start..stop, under each prompt.
-        texts, instruction = self.texts[start:stop], self.instruction or ""
+    def _encode_chunk(self, start: int, stop: int) -> list[list[Any]]:
+        # The backend's Encoding objects for texts start..stop under each prompt: the Rust part of _encode, which
+        # lets go of Python's lock. Turning them into lists (_read) is left to the caller's thread, so that this
+        # thread never holds the lock while the caller launches work on the GPU.
+        backend, instruction = _backend(self.tokenizer), self.instruction or ""
+        texts = self.texts[start:stop]
         return [
-            _encode(self.tokenizer, _strings(texts, instruction, None if f is None else f.split(TEXT)))
+            backend.encode_batch(
+                _strings(texts, instruction, None if f is None else f.split(TEXT)), add_special_tokens=False
+            )
             for f in self.formats
         ]
 
-    def _tokenize(self, start: int, stop: int, encoded: Future[list[_Encoded]] | None = None) -> list[Tokenized]:
+    def _tokenize(self, start: int, stop: int, encoded: Future[list[list[Any]]] | None = None) -> list[Tokenized]:
         try:
-            return self._prompts(self.texts[start:stop], encoded.result() if encoded is not None else None)
+            read = [_read(e) for e in encoded.result()] if encoded is not None else None
+            return self._prompts(self.texts[start:stop], read)
         except (TypeError, ValueError) as err:
             failed = err
         if (start, stop) != (0, len(self.texts)):
@@ -684,13 +691,17 @@ def _strings(texts: Sequence[str], instruction: str, parts: Sequence[str] | None
 def _encode(tokenizer: Any, strings: list[str]) -> _Encoded:
     # A fast tokenizer's ids and character offsets for each string, no special tokens added: what
     # tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True) gives, read straight from its Rust
-    # backend where that is the same thing (see _backend). The backend lets go of Python's lock while it works, and
-    # reading ids and offsets off its output costs a fraction of what transformers' conversion of it does.
+    # backend where that is the same thing (see _backend): reading ids and offsets off the backend's output costs a
+    # fraction of what transformers' conversion of it does.
     backend = _backend(tokenizer)
     if backend is None:
         enc = tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True)
         return enc["input_ids"], enc["offset_mapping"]
-    encodings = backend.encode_batch(strings, add_special_tokens=False)
+    return _read(backend.encode_batch(strings, add_special_tokens=False))
+
+
+def _read(encodings: list[Any]) -> _Encoded:
+    # The ids and offsets of the backend's Encoding objects, as Python lists.
     return [e.ids for e in encodings], [e.offsets for e in encodings]
 
 

@@ -15,7 +15,8 @@ from tiny import WORDS, tiny_decoder, tiny_tokenizer
 from nosink import EncoderFromDecoder
 from nosink.models import texts as _texts
 
-# 23 texts from 1 to 23 words (one empty), in a shuffled order: batches of 2 make chunks of 2, 8, 8 and 5 texts.
+# 23 texts from 1 to 23 words (one empty), in a shuffled order: encode() with batches of 2 makes chunks of 2, 4, 8
+# and 9 texts.
 TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range((i * 5) % 23)) for i in range(23)]
 
 
@@ -94,12 +95,12 @@ def test_chunks_join_up_to_the_whole_tokenization():
     tokenizer = tiny_tokenizer(True)
     whole = _texts.tokenize(tokenizer, TEXTS, "Represent this: ", sink=[1], max_length=12)
     chunks = _texts.Chunks(tokenizer, TEXTS, "Represent this: ", sink=[1], max_length=12, first=2, size=8)
-    assert chunks.sizes == [2, 8, 8, 5]
+    assert chunks.sizes == [2, 4, 8, 8, 1]  # doubling from first up to size
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         parts = list(chunks)
     assert len([w for w in caught if "cut to max_length" in str(w.message)]) == 1
-    assert [c.start for c in parts] == [0, 2, 10, 18]
+    assert [c.start for c in parts] == [0, 2, 6, 14, 22]
     assert [ids for c in parts for ids in c.prompts[0].prefix_ids] == whole.prefix_ids
     assert [ids for c in parts for ids in c.prompts[0].text_ids] == whole.text_ids
     assert [span for c in parts for span in c.prompts[0].offsets] == whole.offsets

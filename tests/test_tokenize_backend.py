@@ -114,11 +114,21 @@ def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
     tokenizer = tiny_tokenizer(True)
     if "template" in kwargs:
         kwargs = kwargs | {"template": preset(kwargs["template"])}
-    threads = []
-    encode = _texts._encode
-    monkeypatch.setattr(
-        _texts, "_encode", lambda tok, s: threads.append(threading.current_thread().name) or encode(tok, s)
-    )
+    backend = _texts._backend(tokenizer)
+    assert backend is not None
+    encoded, read = [], []  # the threads that ran the Rust tokenizer, and those that turned its output into lists
+
+    class Recording:  # the backend, recording where encode_batch runs
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+        def encode_batch(self, *args, **kw):
+            encoded.append(threading.current_thread().name)
+            return backend.encode_batch(*args, **kw)
+
+    reader = _texts._read
+    monkeypatch.setattr(_texts, "_backend", lambda tok: Recording())
+    monkeypatch.setattr(_texts, "_read", lambda e: read.append(threading.current_thread().name) or reader(e))
     results = []
     for prefetch in (False, True):
         with warnings.catch_warnings(record=True) as caught:
@@ -126,11 +136,15 @@ def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
             chunks = list(_texts.Chunks(tokenizer, TEXTS, sink=[1], first=2, size=8, prefetch=prefetch, **kwargs))
         results.append((chunk_fields(chunks), [str(w.message) for w in caught]))
     assert results[1] == results[0]
-    assert len(results[0][0]) == 4
-    # the plain chunks were all tokenized on this thread; with prefetch, chunks 2-4 on the tokenizing thread
-    prompts = len(results[0][0][0][1])
-    assert threads[: 4 * prompts] == [threading.current_thread().name] * (4 * prompts)
-    assert sum(name.startswith("nosink-tokenize") for name in threads[4 * prompts :]) == 3 * prompts
+    assert [len(c.prompts[0]) for c in chunks] == [2, 4, 8, 8, 1]
+    prompts = len(chunks[0].prompts)
+    here = threading.current_thread().name
+    # without prefetch every chunk is tokenized here; with it the four after the first in the thread (texts cut to
+    # fit max_length under a template are tokenized again here, in both runs)
+    thread = "nosink-tokenize_0"
+    assert thread not in encoded[: len(encoded) // 2]
+    assert encoded.count(thread) == 4 * prompts
+    assert set(read) == {here}  # lists are always made on the caller's thread
 
 
 def test_a_prefetched_error_is_the_whole_calls_error():
