@@ -81,8 +81,8 @@ def test_a_tokenizer_class_with_its_own_call_is_called():
     class Own(type(tokenizer)):
         def __call__(self, *args, **kwargs):
             out = super().__call__(*args, **kwargs)
-            out["input_ids"] = [[9] + list(ids) for ids in out["input_ids"]]
-            out["offset_mapping"] = [[(0, 0)] + list(spans) for spans in out["offset_mapping"]]
+            out["input_ids"] = [[9, *ids] for ids in out["input_ids"]]
+            out["offset_mapping"] = [[(0, 0), *spans] for spans in out["offset_mapping"]]
             return out
 
     tokenizer.__class__ = Own
@@ -93,8 +93,7 @@ def test_a_tokenizer_class_with_its_own_call_is_called():
 
 def chunk_fields(chunks):
     return [
-        (c.start, [(p.prefix_ids, p.text_ids, p.suffix_ids, p.offsets, p.truncated) for p in c.prompts])
-        for c in chunks
+        (c.start, [(p.prefix_ids, p.text_ids, p.suffix_ids, p.offsets, p.truncated) for p in c.prompts]) for c in chunks
     ]
 
 
