@@ -830,6 +830,7 @@ class EncoderFromDecoder(nn.Module):
             self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length, template=template,
             first=opts.batch_size if overlap else None,
             size=opts.batch_size * ENCODE_CHUNK_BATCHES if overlap else None, prefetch=overlap,
+            offsets=False,
         )  # fmt: skip
         total = prompts * sum(math.ceil(n / opts.batch_size) for n in chunks.sizes)
         show = total > 8 if opts.show_progress_bar is None else opts.show_progress_bar

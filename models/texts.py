@@ -340,9 +340,11 @@ def _tokenize(
     target: TemplateTarget,
     copy: int,
     encoded: _Encoded | None,
+    keep_offsets: bool = True,
 ) -> Tokenized:
     # tokenize(), given what _encode() returns for _strings(texts, instruction, template) when `encoded` is not
-    # None (Chunks tokenizes ahead in a thread).
+    # None (Chunks tokenizes ahead in a thread). Without `keep_offsets` and without an instruction or a template, the
+    # text tokens' character offsets are neither read nor kept (Tokenized.offsets is None): encode() needs none.
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
     if max_length is not None:
@@ -356,9 +358,13 @@ def _tokenize(
     fast = bool(getattr(tokenizer, "is_fast", False))
     # No special tokens: the sink token is added once, here.
     if fast:
-        all_ids, all_spans = encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, None))
         n = len(instruction)
-        heads, bodies, offsets = [], [], []
+        lead = not keep_offsets and n == 0  # only the leading empty spans are needed (see _read)
+        all_ids, all_spans = (
+            encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, None), lead)
+        )
+        heads, bodies = [], []
+        offsets: list[list[tuple[int, int]]] | None = None if lead else []
         for ids, spans in zip(all_ids, all_spans, strict=True):
             # Tokens ending by the instruction's end form the prefix; without an instruction those are the
             # empty (0, 0) spans, counted at C speed, and the spans need no shift (the common case, per token).
@@ -366,7 +372,8 @@ def _tokenize(
             cut = spans.count((0, 0)) if plain else sum(1 for _, end in spans if end <= n)
             heads.append(list(ids[:cut]))
             bodies.append(list(ids[cut:]))
-            offsets.append(list(spans[cut:]) if plain else [(max(0, s - n), e - n) for s, e in spans[cut:]])
+            if offsets is not None:
+                offsets.append(list(spans[cut:]) if plain else [(max(0, s - n), e - n) for s, e in spans[cut:]])
     else:
         head = list(tokenizer(instruction, add_special_tokens=False)["input_ids"]) if instruction else []
         heads = [head] * len(texts)
@@ -432,6 +439,8 @@ class Chunks:
         prefetch: with a fast tokenizer, tokenize the next chunk in a thread while the caller works on this one
             (the tokenizer's Rust code runs beside Python; turning ids into rows stays on the caller's thread).
             The chunks are the same either way.
+        offsets: keep the text tokens' character offsets (:attr:`Tokenized.offsets`); without them (and without
+            an instruction or a template, which need them to split rows), they are not even read.
     """
 
     def __init__(
@@ -447,9 +456,10 @@ class Chunks:
         size: int | None = None,
         caller: str = "encode()",
         prefetch: bool = False,
+        offsets: bool = True,
     ) -> None:
         self.tokenizer, self.texts, self.instruction = tokenizer, list(texts), instruction
-        self.prefetch = prefetch
+        self.prefetch, self.offsets = prefetch, offsets
         self.sink, self.max_length, self.caller = list(sink), max_length, caller
         self.formats: tuple[str | None, ...] = template.formats if template is not None else (None,)
         self.target: TemplateTarget = template.target if template is not None else "text"
@@ -509,9 +519,14 @@ class Chunks:
             for f in self.formats
         ]
 
+    def _read_chunk(self, encodings: list[list[Any]]) -> list[_Encoded]:
+        # _encode_chunk's output as lists, on the caller's thread (offsets only as far as _tokenize reads them).
+        lead = not self.offsets and not self.instruction
+        return [_read(e, lead and f is None) for e, f in zip(encodings, self.formats, strict=True)]
+
     def _tokenize(self, start: int, stop: int, encoded: Future[list[list[Any]]] | None = None) -> list[Tokenized]:
         try:
-            read = [_read(e) for e in encoded.result()] if encoded is not None else None
+            read = self._read_chunk(encoded.result()) if encoded is not None else None
             return self._prompts(self.texts[start:stop], read)
         except (TypeError, ValueError) as err:
             failed = err
@@ -531,6 +546,7 @@ class Chunks:
                 self.target,
                 self.copy,
                 encoded[i] if encoded is not None else None,
+                self.offsets,
             )
             for i, f in enumerate(self.formats)
         ]
@@ -688,21 +704,34 @@ def _strings(texts: Sequence[str], instruction: str, parts: Sequence[str] | None
     return [instruction + text.join(parts) for text in texts]
 
 
-def _encode(tokenizer: Any, strings: list[str]) -> _Encoded:
+def _encode(tokenizer: Any, strings: list[str], lead: bool = False) -> _Encoded:
     # A fast tokenizer's ids and character offsets for each string, no special tokens added: what
     # tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True) gives, read straight from its Rust
     # backend where that is the same thing (see _backend): reading ids and offsets off the backend's output costs a
-    # fraction of what transformers' conversion of it does.
+    # fraction of what transformers' conversion of it does. With `lead`, see _read.
     backend = _backend(tokenizer)
     if backend is None:
         enc = tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True)
         return enc["input_ids"], enc["offset_mapping"]
-    return _read(backend.encode_batch(strings, add_special_tokens=False))
+    return _read(backend.encode_batch(strings, add_special_tokens=False), lead)
 
 
-def _read(encodings: list[Any]) -> _Encoded:
-    # The ids and offsets of the backend's Encoding objects, as Python lists.
-    return [e.ids for e in encodings], [e.offsets for e in encodings]
+def _read(encodings: list[Any], lead: bool = False) -> _Encoded:
+    # The ids and offsets of the backend's Encoding objects, as Python lists. With `lead`, each row's offsets stop
+    # at its first token with a non-empty span: the (0, 0) spans before it are all that splitting off the prefix of
+    # an input without an instruction reads, and making a million offset tuples costs the host time and the garbage
+    # collector work. (Offsets never decrease along a row, so no (0, 0) span comes after a non-empty one.)
+    ids = [e.ids for e in encodings]
+    if not lead:
+        return ids, [e.offsets for e in encodings]
+    empty = (0, 0)
+    spans = []
+    for e, row in zip(encodings, ids, strict=True):
+        k = 0
+        while k < len(row) and e.token_to_chars(k) == empty:
+            k += 1
+        spans.append([empty] * k)
+    return ids, spans
 
 
 def _backend(tokenizer: Any) -> Any:

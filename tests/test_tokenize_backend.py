@@ -127,7 +127,7 @@ def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
 
     reader = _texts._read
     monkeypatch.setattr(_texts, "_backend", lambda tok: Recording())
-    monkeypatch.setattr(_texts, "_read", lambda e: read.append(threading.current_thread().name) or reader(e))
+    monkeypatch.setattr(_texts, "_read", lambda *a: read.append(threading.current_thread().name) or reader(*a))
     results = []
     for prefetch in (False, True):
         with warnings.catch_warnings(record=True) as caught:
@@ -164,3 +164,62 @@ def test_leaving_a_prefetching_iteration_early_stops_its_thread():
     next(chunks)
     chunks.close()  # what a loop that breaks or raises leaves to the garbage collector
     assert not any(t.name.startswith("nosink-tokenize") for t in threading.enumerate())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(strings=st.lists(text, min_size=1, max_size=6))
+def test_reading_only_the_leading_empty_spans_splits_rows_as_all_offsets_do(smollm2_tokenizer, strings):
+    encodings = _texts._backend(smollm2_tokenizer).encode_batch(strings, add_special_tokens=False)
+    ids, lead = _texts._read(encodings, lead=True)
+    full_ids, full = _texts._read(encodings)
+    assert ids == full_ids
+    assert lead == [[(0, 0)] * spans.count((0, 0)) for spans in full]
+    whole = _texts.tokenize(smollm2_tokenizer, strings, sink=[7], max_length=9)
+    light = _texts._tokenize(smollm2_tokenizer, strings, None, [7], 9, None, "text", 1, None, keep_offsets=False)
+    assert (light.prefix_ids, light.text_ids, light.truncated) == (whole.prefix_ids, whole.text_ids, whole.truncated)
+    assert light.offsets is None
+
+
+class Encoding:
+    """What the backend returns, for rows the real tokenizers here never produce: leading (0, 0) spans."""
+
+    def __init__(self, ids, offsets):
+        self.ids, self.offsets = ids, offsets
+
+    def __len__(self):
+        return len(self.ids)
+
+    def token_to_chars(self, i):
+        return self.offsets[i]
+
+
+def test_leading_empty_spans_are_read_and_split_off_as_prefix():
+    rows = [Encoding([5, 6, 7], [(0, 0), (0, 0), (0, 3)]), Encoding([8], [(0, 2)]), Encoding([], [])]
+    assert _texts._read(rows, lead=True) == ([[5, 6, 7], [8], []], [[(0, 0), (0, 0)], [], []])
+    fast = type("Fast", (), {"is_fast": True})()  # never called: the rows are given
+    encoded = _texts._read(rows, lead=True)
+    tokens = _texts._tokenize(fast, ["abc", "de", ""], None, [1], None, None, "text", 1, encoded, keep_offsets=False)
+    assert tokens.prefix_ids == [[1, 5, 6], [1], [1]]
+    assert tokens.text_ids == [[7], [8], []]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kept"),
+    [({}, False), ({"instruction": "Represent this: "}, True), ({"template": "Echo"}, True)],
+)
+def test_chunks_without_offsets_equal_those_with(kwargs, kept):
+    from nosink.models.templates import by_name
+
+    tokenizer = tiny_tokenizer(True)
+    kwargs = kwargs | ({"template": by_name(kwargs["template"])} if "template" in kwargs else {})
+    runs = [
+        list(
+            _texts.Chunks(
+                tokenizer, TEXTS, sink=[1], max_length=12, first=2, size=8, prefetch=True, offsets=o, **kwargs
+            )
+        )
+        for o in (True, False)
+    ]
+    with_offsets, without = ([f[:3] + f[4:] for c in run for f in chunk_fields([c])[0][1]] for run in runs)
+    assert without == with_offsets
+    assert all((p.offsets is not None) == kept for c in runs[1] for p in c.prompts)
