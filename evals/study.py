@@ -11,8 +11,10 @@ or a published prompt template of :mod:`nosink.models.templates`):
    :class:`~nosink.evals.stats.Statistic` values, so every reported number gets a bootstrap interval
    and any two of them a paired comparison.
 
-Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units) and
-classification (:class:`ClassificationTask`, logistic regression on frozen embeddings, items as units);
+Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units: STS-B,
+and STS17 reported with specs chosen on STS-B dev), classification (:class:`ClassificationTask`, logistic
+regression on frozen embeddings, items as units: Banking77, Emotion, MASSIVE intent) and retrieval
+(:class:`RetrievalTask`, nDCG@10 by mteb's own metric code, queries as units: NFCorpus, SciFact);
 token-level NER goes through :func:`ner_study` (linear probes, several seeds, CoNLL dev in halves).
 
 >>> [c.name for c in grid(8, ks=[4], k0s=[1, 2])]
