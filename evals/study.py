@@ -203,9 +203,7 @@ class EmbeddingCache:
             for t in union:
                 groups.setdefault(self._instruction(t), []).append(t)
             start = time.perf_counter()
-            out: dict[str, list[np.ndarray]] = {c.name: [] for c in todo}
-            union = []
-            for instruction, group in groups.items():
+            for instruction, group in groups.items():  # one pass per instruction (retrieval: queries, documents)
                 part = self.encoder.encode_specs(
                     [c.plan(self.encoder) for c in todo],
                     group,
@@ -215,9 +213,8 @@ class EmbeddingCache:
                     max_length=self.max_length,
                     show_progress_bar=False,
                 )
-                union += group
                 for c in todo:
-                    out[c.name].extend(part[c.name])
+                    self._store.setdefault(c.name, {}).update(zip(group, part[c.name], strict=True))
             took = time.perf_counter() - start
             self.seconds += took
             self.texts_encoded += len(union)
@@ -225,8 +222,6 @@ class EmbeddingCache:
                 "%s: %d texts x %d specs in %.1f s (%.1f texts/s)",
                 self.template or NO_TEMPLATE, len(union), len(todo), took, len(union) / max(took, 1e-9),
             )  # fmt: skip
-            for c in todo:
-                self._store.setdefault(c.name, {}).update(zip(union, out[c.name], strict=True))
         return {c.name: np.stack([self._store[c.name][t] for t in texts]) for c in candidates}
 
     def _instruction(self, text: str) -> str | None:
