@@ -11,8 +11,10 @@ or a published prompt template of :mod:`nosink.models.templates`):
    :class:`~nosink.evals.stats.Statistic` values, so every reported number gets a bootstrap interval
    and any two of them a paired comparison.
 
-Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units) and
-classification (:class:`ClassificationTask`, logistic regression on frozen embeddings, items as units);
+Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units: STS-B,
+and STS17 reported with specs chosen on STS-B dev), classification (:class:`ClassificationTask`, logistic
+regression on frozen embeddings, items as units: Banking77, Emotion, MASSIVE intent) and retrieval
+(:class:`RetrievalTask`, nDCG@10 by mteb's own metric code, queries as units: NFCorpus, SciFact);
 token-level NER goes through :func:`ner_study` (linear probes, several seeds, CoNLL dev in halves).
 
 >>> [c.name for c in grid(8, ks=[4], k0s=[1, 2])]
@@ -48,6 +50,7 @@ __all__ = [
     "ClassificationTask",
     "EmbeddingCache",
     "NERStudy",
+    "RetrievalTask",
     "STSTask",
     "Scored",
     "Task",
@@ -176,13 +179,15 @@ class EmbeddingCache:
     :meth:`vectors` encodes only the texts a candidate has not seen yet, with every candidate that
     lacks any of them in one :meth:`~EncoderFromDecoder.encode_specs` pass (shared layers run once).
     Embeddings are kept unnormalised; :attr:`seconds` and :attr:`texts_encoded` add up the work done.
+    ``instruction`` is one instruction for every text, or a function giving each text its own (retrieval:
+    queries get the task's, documents none); a template takes none.
     """
 
     def __init__(
         self,
         encoder: EncoderFromDecoder,
         template: str | None = None,
-        instruction: str | None = None,
+        instruction: str | Callable[[str], str | None] | None = None,
         batch_size: int = 32,
         max_length: int = 512,
     ) -> None:
@@ -199,16 +204,22 @@ class EmbeddingCache:
         todo = [c for c in candidates if missing[c.name]]
         if todo:
             union = list(dict.fromkeys(t for c in todo for t in missing[c.name]))
+            groups: dict[str | None, list[str]] = {}
+            for t in union:
+                groups.setdefault(self._instruction(t), []).append(t)
             start = time.perf_counter()
-            out = self.encoder.encode_specs(
-                [c.plan(self.encoder) for c in todo],
-                union,
-                None if self.template is not None else self.instruction,
-                template=self.template,
-                batch_size=self.batch_size,
-                max_length=self.max_length,
-                show_progress_bar=False,
-            )
+            for instruction, group in groups.items():  # one pass per instruction (retrieval: queries, documents)
+                part = self.encoder.encode_specs(
+                    [c.plan(self.encoder) for c in todo],
+                    group,
+                    instruction,
+                    template=self.template,
+                    batch_size=self.batch_size,
+                    max_length=self.max_length,
+                    show_progress_bar=False,
+                )
+                for c in todo:
+                    self._store.setdefault(c.name, {}).update(zip(group, part[c.name], strict=True))
             took = time.perf_counter() - start
             self.seconds += took
             self.texts_encoded += len(union)
@@ -216,20 +227,31 @@ class EmbeddingCache:
                 "%s: %d texts x %d specs in %.1f s (%.1f texts/s)",
                 self.template or NO_TEMPLATE, len(union), len(todo), took, len(union) / max(took, 1e-9),
             )  # fmt: skip
-            for c in todo:
-                self._store.setdefault(c.name, {}).update(zip(union, out[c.name], strict=True))
         return {c.name: np.stack([self._store[c.name][t] for t in texts]) for c in candidates}
+
+    def _instruction(self, text: str) -> str | None:
+        if self.template is not None:
+            return None
+        return self.instruction(text) if callable(self.instruction) else self.instruction
 
 
 # ---------------------------------------------------------------------------------------- tasks
 
 
 class Task(Protocol):
-    """A task the study scores: what to embed on each split and how to score the embeddings."""
+    """A task the study scores: what to embed on each split and how to score the embeddings.
+
+    ``instruction`` goes before every text (mean pooling without a template), or is a function giving
+    each text its own (:class:`RetrievalTask`: queries get the task's instruction, documents none).
+    """
 
     name: str
     metric: str
-    instruction: str | None
+
+    @property
+    def instruction(self) -> str | Callable[[str], str | None] | None:
+        """The instruction before every text, or a function text -> its instruction."""
+        ...
 
     def texts(self, split: str) -> list[str]:
         """The texts to embed for ``split`` (``"choose"`` or ``"report"``)."""
@@ -287,11 +309,13 @@ class ClassificationTask:
     """Logistic regression on frozen embeddings, accuracy with items as units.
 
     Choosing fits on ``train`` less a seeded stratified validation split (:func:`stats.holdout`) and
-    scores that split; reporting refits on all of ``train`` and scores ``test``.
+    scores that split, or, for a task with its own ``validation`` split (MASSIVE), fits on all of
+    ``train`` and scores ``validation``; reporting refits on all of ``train`` and scores ``test``.
 
     Attributes:
         train: ``(text, label)`` training items (a subsample, typically).
         test: ``(text, label)`` items to report on.
+        validation: ``(text, label)`` items to choose on; ``None``: a holdout of ``train``.
     """
 
     name: str
@@ -302,16 +326,21 @@ class ClassificationTask:
     seed: int = 0
     max_iter: int = 100
     metric: str = "accuracy"
+    validation: Sequence[tuple[str, str]] | None = None
     _split: tuple[list[tuple[str, str]], list[tuple[str, str]]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        split = stats.holdout(list(self.train), [y for _, y in self.train], self.validation_fraction, self.seed)
+        if self.validation is not None:
+            split = (list(self.train), list(self.validation))
+        else:
+            split = stats.holdout(list(self.train), [y for _, y in self.train], self.validation_fraction, self.seed)
         object.__setattr__(self, "_split", split)
 
     def texts(self, split: str) -> list[str]:
-        """The training texts (both splits need them), and the test texts for reporting."""
-        items = list(self.train) + (list(self.test) if split == "report" else [])
-        return list(dict.fromkeys(t for t, _ in items))
+        """The training texts (both splits need them), the validation texts for choosing, the test texts for
+        reporting."""
+        other = self.test if split == "report" else (self.validation or [])
+        return list(dict.fromkeys(t for t, _ in [*self.train, *other]))
 
     def _predict(self, vectors: Callable, fit: Sequence[tuple[str, str]], score: Sequence[tuple[str, str]]) -> Any:
         import warnings
@@ -333,6 +362,81 @@ class ClassificationTask:
     def report_statistic(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> stats.Statistic:
         """Test accuracy of a classifier fitted on all training items, items as units."""
         return stats.accuracy([y for _, y in self.test], self._predict(vectors, self.train, self.test))
+
+
+@dataclass(frozen=True)
+class RetrievalTask:
+    """Retrieval: cosine top-k of the queries over a corpus, nDCG@10 by mteb's own metric code, queries as units.
+
+    Queries get ``query_instruction`` (mean pooling without a template), documents none, as in the
+    paper's MTEB protocol. Each query's ranking (its ``top_k`` best documents) goes through mteb's
+    ``calculate_retrieval_scores`` (pytrec_eval), whose per-query nDCG@10 values the bootstrap resamples.
+
+    Attributes:
+        choose: ``(query id, text)`` queries to choose on.
+        report: ``(query id, text)`` queries to report on.
+        corpus: ``(document id, text)`` documents, searched by both query sets.
+        relevant: query id -> {document id: relevance}; every query needs an entry.
+    """
+
+    name: str
+    choose: Sequence[tuple[str, str]]
+    report: Sequence[tuple[str, str]]
+    corpus: Sequence[tuple[str, str]]
+    relevant: Mapping[str, Mapping[str, int]]
+    query_instruction: str | None = None
+    top_k: int = 100
+    metric: str = "ndcg@10"
+
+    def __post_init__(self) -> None:
+        unjudged = [q for q, _ in [*self.choose, *self.report] if q not in self.relevant]
+        if unjudged:
+            raise ValueError(f"{self.name}: queries without relevance judgements: {unjudged[:5]}")
+        if not self.corpus:
+            raise ValueError(f"{self.name}: the corpus is empty")
+
+    @property
+    def instruction(self) -> Callable[[str], str | None]:
+        """Text -> its instruction: ``query_instruction`` for a query text, none for a document."""
+        queries = frozenset(t for _, t in [*self.choose, *self.report])
+        return lambda text: self.query_instruction if text in queries else None
+
+    def texts(self, split: str) -> list[str]:
+        """The split's queries and the corpus."""
+        queries = self.choose if split == "choose" else self.report
+        return list(dict.fromkeys([*(t for _, t in queries), *(t for _, t in self.corpus)]))
+
+    def per_query(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> np.ndarray:
+        """Each query's nDCG@10 (mteb's ``calculate_retrieval_scores``), in the order of ``queries``."""
+        from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores
+
+        def unit(x: np.ndarray) -> np.ndarray:
+            norm = np.linalg.norm(x, axis=1, keepdims=True)
+            return np.divide(x, norm, out=np.zeros_like(x, dtype=float), where=norm > 0)
+
+        q = unit(np.asarray(vectors([t for _, t in queries]), dtype=float))
+        d = unit(np.asarray(vectors([t for _, t in self.corpus]), dtype=float))
+        sims = q @ d.T
+        k = min(self.top_k, len(self.corpus))
+        results = {}
+        for (qid, _), row in zip(queries, sims, strict=True):
+            top = np.argsort(-row, kind="stable")[:k]
+            results[qid] = {self.corpus[j][0]: float(row[j]) for j in top}
+        qrels = {qid: {doc: int(r) for doc, r in self.relevant[qid].items()} for qid, _ in queries}
+        scores = calculate_retrieval_scores(results, qrels, [10]).all_scores
+        return np.array([scores[qid]["ndcg_cut_10"] for qid, _ in queries])
+
+    def _statistic(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> stats.Statistic:
+        values = self.per_query(queries, vectors)
+        return stats.Statistic("ndcg_at_10", len(values), lambda idx: values[idx].mean(axis=1))
+
+    def choose_score(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> float:
+        """Mean nDCG@10 over the choosing queries."""
+        return self._statistic(self.choose, vectors)()
+
+    def report_statistic(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> stats.Statistic:
+        """Mean nDCG@10 over the reporting queries, queries as units."""
+        return self._statistic(self.report, vectors)
 
 
 # ---------------------------------------------------------------------------------------- one template
@@ -762,10 +866,31 @@ def load_sts(folder: str | Path, n_choose: int | None, n_report: int | None, see
     )
 
 
+def load_sts17(stsb_folder: str | Path, sts17_folder: str | Path, n_choose: int | None, seed: int = 0) -> STSTask:
+    """STS17 (en-en, its one split of 250 pairs) to report on, with specs chosen on a seeded sample of STS-B dev.
+
+    The STS-B dev sample is :func:`load_sts`'s for the same ``n_choose`` and ``seed``, so the choice is
+    the one the STS-B study made.
+    """
+    from nosink.evals.mteb_data import LOCAL_FOLDERS
+
+    sts17 = LOCAL_FOLDERS["STS17"][1](Path(sts17_folder))["en-en"]["test"]
+    pairs = list(zip(sts17["sentence1"], sts17["sentence2"], sts17["score"], strict=True))
+    stsb = load_sts(stsb_folder, n_choose, 0, seed)
+    return STSTask("STS17 (en-en)", stsb.choose, pairs, stsb.instruction)
+
+
 def load_classification(
-    name: str, folder: str | Path, n_train: int | None, n_test: int | None, seed: int = 0
+    name: str,
+    folder: str | Path,
+    n_train: int | None,
+    n_test: int | None,
+    seed: int = 0,
+    n_validation: int | None = None,
 ) -> ClassificationTask:
-    """Banking77 or Emotion from a local folder, train and test each subsampled (seeded, label-stratified).
+    """Banking77, Emotion or MASSIVE intent (en-US) from a local folder, each split subsampled (seeded,
+    label-stratified). MASSIVE chooses on its own validation split (``n_validation`` items); the others on
+    a holdout of the training items.
 
     Raises:
         ValueError: for another task name.
@@ -774,18 +899,72 @@ def load_classification(
     from nosink.evals.mteb_data import LOCAL_FOLDERS
     from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction
 
-    known = ("Banking77Classification", "EmotionClassification")
+    known = ("Banking77Classification", "EmotionClassification", "MassiveIntentClassification")
     if name not in known:
         raise ValueError(f"unknown classification task {name!r}; expected one of {', '.join(known)}")
     data = LOCAL_FOLDERS[name][1](Path(folder))
+    massive = name == "MassiveIntentClassification"
+    if massive:
+        data = data["en"]
 
     def items(split: str, n: int | None) -> list[tuple[str, str]]:
         examples = [Example(t, str(y)) for t, y in zip(data[split]["text"], data[split]["label"], strict=True)]
         return [(e.text, e.label) for e in subsample(examples, n, seed)]
 
     return ClassificationTask(
-        name, items("train", n_train), items("test", n_test), format_instruction(PAPER_TASKS[name]), seed=seed
+        name,
+        items("train", n_train),
+        items("test", n_test),
+        format_instruction(PAPER_TASKS[name]),
+        seed=seed,
+        validation=items("validation", n_validation) if massive else None,
     )
+
+
+def load_retrieval(
+    name: str,
+    folder: str | Path,
+    n_queries: int | None,
+    n_other: int | None,
+    seed: int = 0,
+    doc_words: int | None = None,
+) -> RetrievalTask:
+    """NFCorpus or SciFact (BEIR folder, test split): a seeded sample of queries in two halves (choose on the
+    first, report on the second) and a subsampled corpus.
+
+    The corpus keeps every document judged for a sampled query and a seeded random sample of ``n_other``
+    of the rest (all of them: ``None``). A document's text is its title and text joined as mteb joins
+    them, cut to its first ``doc_words`` words when given.
+
+    Raises:
+        ValueError: for another task name.
+    """
+    from nosink.evals.mteb_data import LOCAL_FOLDERS
+    from nosink.evals.mteb_tasks import PAPER_TASKS, format_instruction
+
+    if name not in ("NFCorpus", "SciFact"):
+        raise ValueError(f"unknown retrieval task {name!r}; expected NFCorpus or SciFact")
+    data = LOCAL_FOLDERS[name][1](Path(folder))["default"]["test"]
+    rng = random.Random(seed)
+    queries = list(zip(data["queries"]["id"], data["queries"]["text"], strict=True))
+    if n_queries is not None and n_queries < len(queries):
+        queries = rng.sample(queries, n_queries)
+    relevant = {q: dict(data["relevant_docs"][q]) for q, _ in queries}
+    judged = {d for q, _ in queries for d in relevant[q]}
+    docs = data["corpus"]
+    texts = {
+        i: (f"{title} {text}".strip() if title else text)
+        for i, title, text in zip(docs["id"], docs["title"], docs["text"], strict=True)
+    }
+    if doc_words is not None:
+        texts = {i: " ".join(t.split()[:doc_words]) for i, t in texts.items()}
+    others = sorted(set(texts) - judged)
+    if n_other is not None and n_other < len(others):
+        others = rng.sample(others, n_other)
+    keep = set(others) | (judged & set(texts))
+    corpus = [(i, texts[i]) for i in docs["id"] if i in keep]
+    first, second = stats.halves(queries, seed=seed)
+    return RetrievalTask(name, first, second, corpus, relevant, format_instruction(PAPER_TASKS[name]))
 
 
 def suggestion_for(encoder: EncoderFromDecoder, texts: Sequence[str]) -> tuple[Candidate, dict[str, Any]]:
@@ -940,9 +1119,11 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("model", help=f"a decoder (a folder, a hub id, or {', '.join(MODELS)}), or a baseline's "
                         "name (all-MiniLM-L6-v2, all-mpnet-base-v2)")  # fmt: skip
     parser.add_argument("--data", required=data_default is None, default=data_default,
-                        help=f"the folder holding stsb/, banking77/, emotion/, conll2003/{where}")  # fmt: skip
+                        help="the folder holding stsb/, sts17/, banking77/, emotion/, massive_intent/, nfcorpus/, "
+                        f"scifact/, conll2003/{where}")  # fmt: skip
     parser.add_argument("--out", required=True, help="the folder for the JSON files (one per task)")
-    parser.add_argument("--tasks", nargs="+", default=["sts"], choices=["sts", "banking77", "emotion", "ner"])
+    tasks = ["sts", "sts17", "banking77", "emotion", "massive", "nfcorpus", "scifact", "ner"]
+    parser.add_argument("--tasks", nargs="+", default=["sts"], choices=tasks)
     parser.add_argument("--templates", nargs="+", type=_template_name, default=[NO_TEMPLATE, "PromptEOL",
                         "PretendedCoT", "KnowledgeEnhancement", "Echo", "MetaEOL"],
                         help=f"'{NO_TEMPLATE}' (mean pooling, the task's instruction) or template presets")  # fmt: skip
@@ -962,6 +1143,10 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("--sts-report", type=int, help="STS-B test pairs to report on (default all 1,379)")
     parser.add_argument("--cls-train", type=int, default=1000)
     parser.add_argument("--cls-test", type=int, default=1000)
+    parser.add_argument("--cls-validation", type=int, default=1000, help="MASSIVE validation items to choose on")
+    parser.add_argument("--ret-queries", type=int, help="retrieval test queries, in halves (default all)")
+    parser.add_argument("--ret-other", type=int, help="unjudged documents kept beside the judged ones (default all)")
+    parser.add_argument("--ret-doc-words", type=int, help="cut documents to their first N words (default: no cut)")
     parser.add_argument("--ner-train", type=int, default=1000)
     parser.add_argument("--ner-dev", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
@@ -1000,14 +1185,46 @@ def run(args: argparse.Namespace, command: str) -> int:
     tasks: dict[str, Task] = {}
     if "sts" in args.tasks:
         tasks["sts"] = load_sts(data / "stsb", args.sts_choose, args.sts_report, args.seed)
+    if "sts17" in args.tasks:
+        tasks["sts17"] = load_sts17(data / "stsb", data / "sts17", args.sts_choose, args.seed)
     for key, name in (("banking77", "Banking77Classification"), ("emotion", "EmotionClassification")):
         if key in args.tasks:
             tasks[key] = load_classification(name, data / key, args.cls_train, args.cls_test, args.seed)
+    if "massive" in args.tasks:
+        tasks["massive"] = load_classification(
+            "MassiveIntentClassification", data / "massive_intent", args.cls_train, args.cls_test, args.seed,
+            n_validation=args.cls_validation,
+        )  # fmt: skip
+    for key, name in (("nfcorpus", "NFCorpus"), ("scifact", "SciFact")):
+        if key in args.tasks:
+            tasks[key] = load_retrieval(
+                name, data / key, args.ret_queries, args.ret_other, args.seed, args.ret_doc_words
+            )
+    retrieval = {
+        "queries": "seeded sample of the test queries, in seeded halves: choose on the first, report on the second",
+        "n_queries": args.ret_queries, "n_other_documents": args.ret_other, "doc_words": args.ret_doc_words,
+        "corpus": "subsampled: every document judged for a sampled query, plus n_other_documents seeded random "
+        "others (all when null)",
+        "metric": "nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), per query; cosine top 100",
+    }  # fmt: skip
     sizes = {
         "sts": {"choose": "STS-B dev, seeded sample", "n_choose": args.sts_choose, "n_report": args.sts_report},
+        "sts17": {"choose": "STS-B dev, seeded sample (STS17 has one split)", "n_choose": args.sts_choose,
+                  "report": "STS17 en-en, all 250 pairs"},
         "banking77": {"n_train": args.cls_train, "n_test": args.cls_test, "validation_fraction": 0.2},
         "emotion": {"n_train": args.cls_train, "n_test": args.cls_test, "validation_fraction": 0.2},
-    }
+        "massive": {"n_train": args.cls_train, "n_validation": args.cls_validation, "n_test": args.cls_test,
+                    "choose": "MASSIVE en-US validation split (seeded, label-stratified sample)"},
+        "nfcorpus": retrieval, "scifact": retrieval,
+    }  # fmt: skip
+    for key in ("nfcorpus", "scifact"):
+        if key in tasks:
+            task = tasks[key]
+            assert isinstance(task, RetrievalTask)
+            sizes[key] = retrieval | {
+                "n_choose_queries": len(task.choose), "n_report_queries": len(task.report),
+                "n_documents": len(task.corpus),
+            }  # fmt: skip
     from nosink.evals.baselines import BASELINES, TokenFeatures, baseline_folder
 
     if args.model in BASELINES:

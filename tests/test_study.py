@@ -1,5 +1,7 @@
 """The study runner's selection and scoring, on a tiny random decoder (no download, a few seconds)."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
@@ -9,15 +11,21 @@ from nosink import EncoderFromDecoder
 from nosink.evals import stats
 from nosink.evals.ner import Sentence
 from nosink.evals.study import (
+    FAMILIES,
     NO_TEMPLATE,
     Candidate,
     ClassificationTask,
     EmbeddingCache,
+    RetrievalTask,
     STSTask,
     choose_by_family,
     comparisons,
     exit_candidates,
     grid,
+    load_classification,
+    load_retrieval,
+    load_sts,
+    load_sts17,
     mean_over_seeds,
     ner_study,
     overall_choice,
@@ -179,3 +187,140 @@ def test_ner_study_scores_every_candidate_on_both_halves_with_each_seed():
     for c in cands:
         assert 0 <= result.choose[c] <= 1 and result.report[c].n == 4 and len(result.per_seed[c]) == 2
         assert result.report[c]() == pytest.approx(np.mean(result.per_seed[c]))
+
+
+# ---------------------------------------------------------------------------------------- more tasks
+
+
+def retrieval_task(**kwargs):
+    corpus = [("d1", "cat sat on mat"), ("d2", "bank money loan"), ("d3", "paris london city"), ("d4", "good food")]
+    relevant = {"q1": {"d1": 1}, "q2": {"d2": 2, "d3": 1}, "q3": {"d4": 1}}
+    return RetrievalTask(
+        "tiny-ret", [("q1", "the cat"), ("q2", "the bank")], [("q3", "the food"), ("q1", "the cat")], corpus,
+        relevant, query_instruction="find: ", **kwargs,
+    )  # fmt: skip
+
+
+def test_retrieval_scores_each_query_by_mtebs_ndcg_at_10():
+    task = retrieval_task()
+    # one-hot documents; each query points at documents with given weights
+    docs = {t: np.eye(4)[i] for i, (_, t) in enumerate(task.corpus)}
+    want = {"the cat": [0.5, 1.0, 0, 0], "the bank": [0, 0.2, 1.0, 0], "the food": [1.0, 0, 0, 0.5]}
+
+    def vectors(texts):
+        return np.stack([docs[t] if t in docs else np.array(want[t]) for t in texts])
+
+    ndcg = task.per_query(task.choose, vectors)
+    # q1: its one relevant document ranked 2nd -> 1/log2(3); q2: relevance 1 ranked 1st, relevance 2 ranked 2nd
+    # (trec_eval's gains are the relevance values)
+    assert ndcg[0] == pytest.approx(1 / np.log2(3))
+    assert ndcg[1] == pytest.approx((1 + 2 / np.log2(3)) / (2 + 1 / np.log2(3)), rel=1e-4)
+    statistic = task.report_statistic(vectors)
+    assert statistic.n == 2 and statistic() == pytest.approx(np.mean(task.per_query(task.report, vectors)))
+    assert task.choose_score(vectors) == pytest.approx(ndcg.mean())
+
+
+def test_retrieval_instructs_queries_only_and_embeds_the_corpus_for_both_splits():
+    task = retrieval_task()
+    assert task.instruction("the cat") == "find: " and task.instruction("cat sat on mat") is None
+    assert task.texts("choose") == ["the cat", "the bank", *(t for _, t in task.corpus)]
+    assert task.texts("report")[:2] == ["the food", "the cat"]
+    with pytest.raises(ValueError, match="without relevance judgements"):
+        RetrievalTask("x", [("q9", "a")], [], task.corpus, {})
+
+
+def test_cache_with_a_per_text_instruction_encodes_each_group_with_its_own():
+    encoder = tiny_encoder()
+    cands = [Candidate("F*", "F*"), Candidate("INPLACE-BIDIR", "F* | B*2")]
+    queries, docs = sentences(3, seed=5), sentences(4, seed=6)
+    cache = EmbeddingCache(encoder, None, lambda t: "find: " if t in queries else None)
+    got = cache.vectors(cands, docs[:2] + queries + docs[2:])
+    plans = [c.plan(encoder) for c in cands]
+    with_ins = encoder.encode_specs(plans, queries, "find: ")
+    without = encoder.encode_specs(plans, docs, None)
+    for c in cands:
+        np.testing.assert_allclose(got[c.name][2:5], with_ins[c.name], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[c.name][[0, 1, 5, 6]], without[c.name], rtol=1e-5, atol=1e-6)
+    assert cache.texts_encoded == 7
+
+
+def test_run_template_on_retrieval_reports_on_the_other_queries():
+    encoder, task = tiny_encoder(), retrieval_task()
+    result = run_template(encoder, task, grid(encoder.depth, ks=[2], k0s=[1]), None)
+    assert set(result.chosen) == set(FAMILIES)
+    for scored in result.chosen.values():
+        assert 0 <= scored.choose <= 1 and scored.report.n == len(task.report)
+    prompt = run_template(encoder, task, [], "PromptEOL", restrict={f: s.candidate for f, s in result.chosen.items()})
+    assert all(0 <= s.report() <= 1 for s in prompt.chosen.values())
+
+
+def test_classification_with_its_own_validation_split_chooses_there():
+    train = [(f"item {i}", "ab"[i % 2]) for i in range(10)]
+    validation = [(f"val {i}", "ab"[i % 2]) for i in range(6)]
+    test = [(f"test {i}", "ab"[i % 2]) for i in range(4)]
+    task = ClassificationTask("tiny-cls", train, test, validation=validation)
+    assert task._split == (train, validation)
+    assert task.texts("choose") == [t for t, _ in train + validation]
+    assert task.texts("report") == [t for t, _ in train + test]
+
+    def vectors(texts):
+        return np.array([[1.0, 0.0] if int(t.split()[1]) % 2 == 0 else [0.0, 1.0] for t in texts])
+
+    assert task.choose_score(vectors) == 1.0 and task.report_statistic(vectors).n == 4
+
+
+def write_beir(folder, n_docs=12):
+    (folder / "qrels").mkdir(parents=True)
+    docs = [
+        {"_id": f"d{i}", "title": f"title {i}" if i % 2 else "", "text": f"text {i} " + "word " * 10}
+        for i in range(n_docs)
+    ]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [{"_id": f"q{i}", "text": f"query {i}"} for i in range(6)]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    rows = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{i}\t1" for i in range(6)] + ["q0\td7\t2"]
+    (folder / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
+
+
+def test_load_retrieval_keeps_judged_documents_and_samples_the_rest(tmp_path):
+    write_beir(tmp_path / "scifact")
+    task = load_retrieval("SciFact", tmp_path / "scifact", n_queries=4, n_other=2, seed=0, doc_words=3)
+    sampled = [q for q, _ in task.choose + task.report]
+    assert len(task.choose) == 2 and len(task.report) == 2 and len(set(sampled)) == 4
+    ids = [d for d, _ in task.corpus]
+    judged = {d for q in sampled for d in task.relevant[q]}
+    assert judged <= set(ids) and len(ids) == len(judged) + 2
+    assert all(len(t.split()) <= 3 for _, t in task.corpus)
+    assert task.instruction(task.choose[0][1]).startswith("Instruct: Given a scientific claim")
+    whole = load_retrieval("SciFact", tmp_path / "scifact", None, None)
+    assert len(whole.corpus) == 12 and len(whole.choose) + len(whole.report) == 6
+    texts = dict(whole.corpus)
+    assert texts["d1"].startswith("title 1 text 1 word") and texts["d2"].startswith("text 2 word")  # as mteb joins
+    with pytest.raises(ValueError, match="unknown retrieval task"):
+        load_retrieval("ArguAna", tmp_path / "scifact", None, None)
+
+
+def test_load_sts17_reports_on_sts17_and_chooses_on_stsb_dev(tmp_path):
+    stsb, sts17 = tmp_path / "stsb", tmp_path / "sts17"
+    stsb.mkdir()
+    sts17.mkdir()
+    rows = [f"g\tf\t2012\t{i}\t{i % 5}.0\tdev one {i}\tdev two {i}" for i in range(8)]
+    (stsb / "sts-dev.csv").write_text("\n".join(rows) + "\n")
+    (stsb / "sts-test.csv").write_text(rows[0] + "\n")
+    (sts17 / "STS.input.track5.en-en.txt").write_text("a b\tc d\ne f\tg h\n")
+    (sts17 / "STS.gs.track5.en-en.txt").write_text("4.0\n1.5\n")
+    task = load_sts17(stsb, sts17, n_choose=5, seed=0)
+    assert task.report == [("a b", "c d", 4.0), ("e f", "g h", 1.5)]
+    assert task.choose == load_sts(stsb, 5, None, 0).choose and len(task.choose) == 5
+
+
+def test_load_massive_chooses_on_validation(tmp_path):
+    folder = tmp_path / "massive_intent"
+    folder.mkdir()
+    for split, n in (("train", 12), ("validation", 6), ("test", 6)):
+        rows = [{"id": str(i), "label": i % 3, "text": f"{split} {i}", "label_text": f"l{i % 3}"} for i in range(n)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = load_classification("MassiveIntentClassification", folder, 9, None, n_validation=3)
+    assert len(task.train) == 9 and len(task.validation) == 3 and len(task.test) == 6
+    assert {y for _, y in task.validation} == {"0", "1", "2"}  # stratified: every intent kept
+    assert task.instruction.startswith("Instruct: Given a user utterance")
