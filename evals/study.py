@@ -1025,7 +1025,7 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("--select", type=int, default=0, metavar="N",
                         help="score the sink profile's candidate specs (nosink.evals.sinks.candidate_specs) on N "
                         "choosing pairs (STS) or training items (classification) and report the best as the "
-                        "suggestion (default 0: suggest_spec's spec)")  # fmt: skip
+                        "suggestion (default 0: suggest_spec's spec; NER keeps it)")  # fmt: skip
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -1041,12 +1041,18 @@ def run(args: argparse.Namespace, command: str) -> int:
     Raises:
         FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
             ``stsb/``, whose training sentences the suggestion profiles).
+        ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``.
     """
     import torch
 
     from nosink.evals.baselines import BASELINES
     from nosink.models.weights import MODELS, model_path
 
+    select = getattr(args, "select", 0)
+    if select < 0 or select == 1:
+        raise ValueError(f"--select takes the sample size, at least 2 (0: no selection stage), got {select}")
+    if select and args.no_suggestion:
+        raise ValueError("--select picks the suggestion: it cannot go with --no-suggestion; drop one of them")
     data, out = Path(args.data), Path(args.out)
     _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
     model = model_path(args.model) if args.model in MODELS else args.model
@@ -1087,12 +1093,12 @@ def run(args: argparse.Namespace, command: str) -> int:
         texts = _sink_texts(data)
         suggestion, why = suggestion_for(encoder, texts)
         meta["suggestion"] = why | {"profile_texts": len(texts)}
-        if args.select:
+        if select:
             from nosink.evals.sinks import sink_profile
 
             profile = sink_profile(encoder, texts)
             for key, task in tasks.items():
-                chosen, record = selection_for(encoder, profile, task, args.select, args.seed, args.batch_size)
+                chosen, record = selection_for(encoder, profile, task, select, args.seed, args.batch_size)
                 selections[key] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,

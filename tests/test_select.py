@@ -128,3 +128,28 @@ def test_selection_for_scores_the_profiles_candidates_on_the_sample():
     with pytest.raises(ValueError, match="unconverted model"):
         selection_for(encoder, sink_profile(EncoderFromDecoder(encoder.decoder, "M0B*", encoder.tokenizer), TEXTS),
                       task, 6)  # fmt: skip
+
+
+def test_the_study_reports_the_selection_as_its_suggestion(tmp_path):
+    import json
+
+    from test_cli import _study_data
+    from tiny import tiny_decoder, tiny_tokenizer
+
+    from nosink.evals.study import main
+
+    saved = tmp_path / "enc"
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(saved)
+    _study_data(tmp_path / "data")
+    base = [str(saved), "--data", str(tmp_path / "data"), "--tasks", "sts", "--templates", "instruction",
+            "--ks", "2", "--k0s", "1", "--sts-choose", "8", "--sts-report", "12"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "out"), "--select", "6"]) == 0
+    sts = json.loads((tmp_path / "out" / "sts.json").read_text())
+    record, chosen = sts["suggestion"], sts["templates"][0]["chosen"]
+    assert chosen["SUGGESTED"]["spec"] == record["spec"]
+    assert record["spec"] == max(record["candidates"], key=lambda c: c["score"])["spec"]
+    assert record["sample"] == 6 and record["texts_encoded"] <= 12 and record["midpoint"]["spec"].startswith("F* | ")
+    assert any(c["comparison"] == "suggested vs best swept" for c in sts["comparisons"])
+    for bad, message in ((["--select", "1"], "at least 2"), (["--select", "4", "--no-suggestion"], "--no-suggestion")):
+        with pytest.raises(ValueError, match=message):
+            main([*base, "--out", str(tmp_path / "bad"), *bad])
