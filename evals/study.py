@@ -70,6 +70,7 @@ __all__ = [
     "run_template",
     "selection_for",
     "selection_sample",
+    "selection_table",
     "study_task",
     "template_row",
 ]
@@ -661,6 +662,16 @@ def comparisons_table(payload: Mapping[str, Any]) -> str:
         b = c["b"] + " " + _cell(c["b_spec"]) if "b_spec" in c else _cell(c["b"])
         delta = f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
         lines.append(f"| {c['comparison']} | {a} | {b} | {delta} | {c['p_value']:.3f} |")
+    return "\n".join(lines)
+
+
+def selection_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's selection stage (``--select``): each candidate with its sample score."""
+    record = payload["suggestion"]
+    lines = ["| candidate (k, k0) | sample score |", "|---|---|"]
+    for c in record["candidates"]:
+        mark = " (selected)" if c["spec"] == record["spec"] else ""
+        lines.append(f"| {_cell(c['spec'])} ({c['k']}, {c['k0']}){mark} | {c['score']:.3f} |")
     return "\n".join(lines)
 
 
