@@ -5,6 +5,8 @@
   positions; a layer is an attention-sink layer when the share on the first token passes a threshold.
 - :func:`suggest_spec`: a MASK0&BIDIR spec proposed from a model's sink profile, to be confirmed
   with a small sweep over its neighbours (:func:`neighbours`) rather than a full grid.
+- :func:`candidate_specs` and :func:`select_spec`: a second, cheap stage: a few specs read off the
+  profile, scored on a small sample of a task's choosing split in one pass, the best one kept.
 - :func:`plot_attention_grid` and :func:`plot_sink_profiles`: the figures.
 
 :func:`attention_maps` cuts the texts to a common length (the shortest text's, at most
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +31,21 @@ import numpy as np
 import torch
 
 from nosink import EncoderFromDecoder, Spec, presets
+from nosink.layerspec import as_spec
 from nosink.models.texts import check_texts, tokenize
 
 __all__ = [
     "K0_SHARE",
+    "MASS_SHARES",
     "LayerSinks",
+    "Selection",
     "Suggestion",
     "attention_maps",
+    "candidate_specs",
     "neighbours",
     "plot_attention_grid",
     "plot_sink_profiles",
+    "select_spec",
     "sink_profile",
     "suggest_spec",
     "write_profile",
@@ -232,27 +241,189 @@ def suggest_spec(profile: Sequence[LayerSinks], depth: int, threshold: float = 0
     Raises:
         ValueError: if the profile is not of a stock (all forward) plan of ``depth`` layers.
     """
-    stack = [p for p in profile if p.role == "stack"]
-    if len(stack) != depth or any(p.kind != "F" for p in stack):
-        raise ValueError("suggest_spec() reads the sink profile of the unconverted model (spec 'F*')")
-    mass = [max(0.0, p.shares[0]) for p in stack]
-    total = sum(mass)
+    mass = _stock_mass(profile, depth, "suggest_spec()")
     sinks = sum(x >= threshold for x in mass)
     counted = f"{sinks} of {depth} layers put >= {threshold:.0%} of their attention on the first token"
-    if total <= 0.0:
-        k = max(1, depth // 2)
+    k = _mass_k(mass, 0.5)
+    if sum(mass) <= 0.0:
         reason = "no attention on the first token; converting the top half"
     else:
-        running, mid = 0.0, 0
-        while running + mass[mid] <= total / 2:  # m: the layer at which the running sum passes half
-            running += mass[mid]
-            mid += 1
-        k = max(1, min(depth - mid, depth - 1))
         reason = (
             f"half the first-token attention (summed over layers) lies in layers {depth - k}..{depth - 1}; {counted}"
         )
-    k0 = max(1, int(k * K0_SHARE + 0.5))
+    k0 = _k0(k)
     return Suggestion(presets.mask0_and_bidir(k, k0), k, k0, reason + f"; k={k}, no-sink top fifth k0={k0}")
+
+
+def _stock_mass(profile: Sequence[LayerSinks], depth: int, caller: str) -> list[float]:
+    """Each main-stack layer's share of attention on the first token (negative shares read as 0)."""
+    stack = [p for p in profile if p.role == "stack"]
+    if len(stack) != depth or any(p.kind != "F" for p in stack):
+        raise ValueError(f"{caller} reads the sink profile of the unconverted model (spec 'F*')")
+    return [max(0.0, p.shares[0]) for p in stack]
+
+
+def _mass_k(mass: Sequence[float], upper: float) -> int:
+    """k: the top layers that hold the upper ``upper`` share of the summed first-token attention.
+
+    Summed from layer 0 up, the mass passes ``1 - upper`` of its total at a layer m; layers m and up
+    are converted (k = depth - m), at least one layer kept forward. No mass at all: the top half.
+    """
+    depth, total = len(mass), sum(mass)
+    if total <= 0.0:
+        return max(1, depth // 2)
+    running, m = 0.0, 0
+    while m < depth - 1 and running + mass[m] <= total * (1.0 - upper):  # m: where the running sum passes it
+        running += mass[m]
+        m += 1
+    return max(1, min(depth - m, depth - 1))
+
+
+def _k0(k: int) -> int:
+    return max(1, int(k * K0_SHARE + 0.5))
+
+
+MASS_SHARES = (1 / 2, 2 / 3, 1 / 3)
+"""The shares of the summed first-token attention whose layers :func:`candidate_specs` converts:
+the midpoint rule's half first, then more layers (two thirds of the mass), then fewer (a third)."""
+
+
+def candidate_specs(
+    profile: Sequence[LayerSinks], depth: int, shares: Sequence[float] = MASS_SHARES
+) -> list[Suggestion]:
+    """A few MASK0&BIDIR specs read off the stock model's sink profile, for :func:`select_spec` to pick from.
+
+    For each share s of ``shares``, k is the top layers that hold the upper s of the summed
+    first-token attention (s = 1/2 is :func:`suggest_spec`'s k), and k0 a fifth of k, as there.
+    The profile places the midpoint well on some models and a few layers off on others (on
+    SmolLM2-135M the dev scores did not separate k = 12 from 15-20); the shares around it give
+    the layers on either side where the model parks less or more of its sink, in the profile's
+    own units, so the same shares fit a model whose sink grows with depth and one whose sink is flat.
+    Specs that come out equal are kept once, the first time.
+
+    Args:
+        profile: :func:`sink_profile` of the model under ``F*``.
+        depth: the decoder's number of layers.
+        shares: the shares of the sink mass to convert, each strictly between 0 and 1, in the
+            order of preference (:func:`select_spec` keeps the earlier of equal scores).
+
+    Raises:
+        ValueError: if the profile is not of a stock plan of ``depth`` layers, ``shares`` is empty,
+            or a share is not strictly between 0 and 1.
+    """
+    if not shares:
+        raise ValueError("candidate_specs() needs at least one share of the sink mass, e.g. (1/2, 2/3, 1/3)")
+    bad = [s for s in shares if not 0.0 < s < 1.0]
+    if bad:
+        raise ValueError(f"each share of the sink mass must lie strictly between 0 and 1, got {bad[0]!r}")
+    mass = _stock_mass(profile, depth, "candidate_specs()")
+    out: list[Suggestion] = []
+    for share in shares:
+        k = _mass_k(mass, share)
+        k0 = _k0(k)
+        spec = presets.mask0_and_bidir(k, k0)
+        if all(c.spec != spec for c in out):
+            where = f"layers {depth - k}..{depth - 1}"
+            reason = f"{share:.0%} of the first-token attention (summed over layers) lies in {where}; k={k}, k0={k0}"
+            out.append(Suggestion(spec, k, k0, reason))
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The spec :func:`select_spec` kept, and every candidate's score on the sample.
+
+    Attributes:
+        spec: the candidate with the best score (the earliest of equal ones).
+        scores: candidate spec (canonical string) -> score on the sample, in the candidates' order.
+        texts_encoded: texts run through the encoder (once, for all candidates together).
+        seconds: encoding and scoring time.
+    """
+
+    spec: Spec
+    scores: dict[str, float]
+    texts_encoded: int
+    seconds: float
+
+    @property
+    def cost(self) -> int:
+        """Text-spec encodings: ``texts_encoded`` times the number of candidates."""
+        return self.texts_encoded * len(self.scores)
+
+
+Vectors = Callable[[Sequence[str]], np.ndarray]
+
+
+def select_spec(
+    encoder: EncoderFromDecoder,
+    candidates: Sequence[Spec | str | Suggestion],
+    texts: Sequence[str],
+    score: Callable[[Vectors], float],
+    *,
+    instruction: str | None = None,
+    template: str | None = None,
+    batch_size: int = 32,
+    max_length: int = 512,
+) -> Selection:
+    """The candidate spec with the best ``score`` on a small sample, all candidates encoded in one pass.
+
+    The texts are encoded once under every candidate with :meth:`EncoderFromDecoder.encode_specs`
+    (the forward layers below the lowest converted one run once per batch); ``score`` is then called
+    once per candidate with a function that returns that candidate's vectors for any of ``texts``,
+    for example ``STSTask.choose_score`` of :mod:`nosink.evals.study` on a few dev pairs. Higher is
+    better; of equal scores the earliest candidate wins (list them in the order of preference).
+
+    Args:
+        encoder: the decoder (its own spec does not matter).
+        candidates: specs, spec strings, or :func:`candidate_specs`' suggestions.
+        texts: every text ``score`` asks vectors for (repeats are encoded once).
+        score: ``score(vectors) -> float``, ``vectors(texts)`` giving a ``(len(texts), D)`` array.
+        instruction: as for :meth:`~EncoderFromDecoder.encode` (ignored with a ``template``).
+        template: a prompt template's name, as for :meth:`~EncoderFromDecoder.encode`.
+        batch_size: texts per forward pass.
+        max_length: tokens per text at most.
+
+    Raises:
+        ValueError: for no candidates, a candidate given twice, no texts, a score that is not a finite
+            number, or a text asked for that is not among ``texts``.
+        SpecError: if a candidate does not fit the decoder.
+    """
+    specs = [c.spec if isinstance(c, Suggestion) else as_spec(c) for c in candidates]
+    if not specs:
+        raise ValueError("select_spec() needs at least one candidate spec, e.g. candidate_specs(profile, depth)")
+    names = [str(s) for s in specs]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"candidate {repeated[0]!r} is given twice: list each spec once")
+    unique, _ = check_texts(texts, "texts")
+    unique = list(dict.fromkeys(unique))
+    if not unique:
+        raise ValueError("select_spec() needs the texts that score() embeds, got none")
+    start = time.perf_counter()
+    out = encoder.encode_specs(
+        specs, unique, None if template is not None else instruction, template=template,
+        batch_size=batch_size, max_length=max_length, show_progress_bar=False,
+    )  # fmt: skip
+    scores: dict[str, float] = {}
+    for name in names:
+        rows = {t: np.asarray(v) for t, v in zip(unique, out[name], strict=True)}
+
+        def vectors(asked: Sequence[str], rows: dict[str, np.ndarray] = rows) -> np.ndarray:
+            missing = [t for t in asked if t not in rows]
+            if missing:
+                raise ValueError(
+                    f"score() asked for a text not among select_spec()'s texts: {missing[0][:60]!r}; "
+                    "pass every text the score embeds"
+                )
+            return np.stack([rows[t] for t in asked])
+
+        value = score(vectors)
+        if not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(float(value)):
+            raise ValueError(f"score() gave {value!r} for {name!r}: it must return a finite number")
+        scores[name] = float(value)
+    best = max(names, key=lambda n: scores[n])  # max keeps the first of equal keys
+    logger.info("select_spec: %s from %s on %d texts", best, scores, len(unique))
+    return Selection(specs[names.index(best)], scores, len(unique), time.perf_counter() - start)
 
 
 def neighbours(suggestion: Suggestion, depth: int, step: int = 2) -> list[Spec]:

@@ -71,6 +71,9 @@ __all__ = [
     "results_table",
     "run",
     "run_template",
+    "selection_for",
+    "selection_sample",
+    "selection_table",
     "study_task",
     "template_row",
 ]
@@ -766,6 +769,16 @@ def comparisons_table(payload: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def selection_table(payload: Mapping[str, Any]) -> str:
+    """A Markdown table of a study JSON's selection stage (``--select``): each candidate with its sample score."""
+    record = payload["suggestion"]
+    lines = ["| candidate (k, k0) | sample score |", "|---|---|"]
+    for c in record["candidates"]:
+        mark = " (selected)" if c["spec"] == record["spec"] else ""
+        lines.append(f"| {_cell(c['spec'])} ({c['k']}, {c['k0']}){mark} | {c['score']:.3f} |")
+    return "\n".join(lines)
+
+
 def exits_table(payload: Mapping[str, Any]) -> str:
     """A Markdown table of a study JSON's early exits: per family and exit, both scores (full depth: ``-``)."""
     lines = ["| template | family | exit layer | choose | report [95% CI] |", "|---|---|---|---|---|"]
@@ -983,6 +996,59 @@ def suggestion_for(encoder: EncoderFromDecoder, texts: Sequence[str]) -> tuple[C
     return Candidate("SUGGESTED", str(s.spec)), {"spec": str(s.spec), "k": s.k, "k0": s.k0, "reason": s.reason}
 
 
+def selection_sample(task: Task, n: int, seed: int = 0) -> Task:
+    """A small sample of ``task``'s choosing split, for :func:`selection_for`.
+
+    STS: ``n`` of the choosing pairs (seeded); classification: ``n`` of the training items (seeded,
+    label-stratified), with the task's validation holdout inside them. The reporting split is kept.
+
+    Raises:
+        ValueError: for ``n`` under 2, or a task of another kind.
+    """
+    from dataclasses import replace
+
+    from nosink.evals.classify import Example, subsample
+
+    if n < 2:
+        raise ValueError(f"the selection sample needs at least 2 items, got {n}")
+    if isinstance(task, STSTask):
+        pairs = list(task.choose)
+        return replace(task, choose=pairs if n >= len(pairs) else random.Random(seed).sample(pairs, n))
+    if isinstance(task, ClassificationTask):
+        items = subsample([Example(t, y) for t, y in task.train], n, seed)
+        return replace(task, train=[(e.text, e.label) for e in items])
+    raise ValueError(f"no selection sample for a {type(task).__name__}: STSTask or ClassificationTask")
+
+
+def selection_for(
+    encoder: EncoderFromDecoder, profile: Sequence[Any], task: Task, n: int, seed: int = 0, batch_size: int = 32
+) -> tuple[Candidate, dict[str, Any]]:
+    """:func:`nosink.evals.sinks.select_spec` among :func:`~nosink.evals.sinks.candidate_specs` of ``profile``,
+    scored by ``task``'s choosing score on :func:`selection_sample` ``(task, n, seed)``.
+
+    Returns:
+        The selected spec as a ``SUGGESTED`` candidate, and what to record: the candidates with their
+        scores, the sample, and the cost (texts encoded, and times the candidates).
+    """
+    from nosink.evals.sinks import candidate_specs, select_spec
+
+    candidates = candidate_specs(profile, encoder.depth)
+    small = selection_sample(task, n, seed)
+    chosen = select_spec(
+        encoder, candidates, small.texts("choose"), small.choose_score, instruction=task.instruction,
+        batch_size=batch_size,
+    )  # fmt: skip
+    why = {
+        "method": "select_spec among candidate_specs, scored on a sample of the choosing split",
+        "spec": str(chosen.spec), "sample": n, "sample_seed": seed,
+        "candidates": [{"spec": str(c.spec), "k": c.k, "k0": c.k0, "reason": c.reason,
+                        "score": chosen.scores[str(c.spec)]} for c in candidates],
+        "texts_encoded": chosen.texts_encoded, "text_spec_encodings": chosen.cost,
+        "seconds": round(chosen.seconds, 1),
+    }  # fmt: skip
+    return Candidate("SUGGESTED", str(chosen.spec)), why
+
+
 def _write(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -1152,6 +1218,10 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=32, help="texts per forward pass")
     parser.add_argument("--no-suggestion", action="store_true")
+    parser.add_argument("--select", type=int, default=0, metavar="N",
+                        help="score the sink profile's candidate specs (nosink.evals.sinks.candidate_specs) on N "
+                        "choosing pairs (STS) or training items (classification) and report the best as the "
+                        "suggestion (default 0: suggest_spec's spec; NER keeps it)")  # fmt: skip
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -1167,12 +1237,18 @@ def run(args: argparse.Namespace, command: str) -> int:
     Raises:
         FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
             ``stsb/``, whose training sentences the suggestion profiles).
+        ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``.
     """
     import torch
 
     from nosink.evals.baselines import BASELINES
     from nosink.models.weights import MODELS, model_path
 
+    select = getattr(args, "select", 0)
+    if select < 0 or select == 1:
+        raise ValueError(f"--select takes the sample size, at least 2 (0: no selection stage), got {select}")
+    if select and args.no_suggestion:
+        raise ValueError("--select picks the suggestion: it cannot go with --no-suggestion; drop one of them")
     data, out = Path(args.data), Path(args.out)
     _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
     model = model_path(args.model) if args.model in MODELS else args.model
@@ -1240,18 +1316,30 @@ def run(args: argparse.Namespace, command: str) -> int:
     encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
     candidates = grid(encoder.depth, args.ks, args.k0s)
     suggestion = None
+    selections: dict[str, tuple[Candidate, dict[str, Any]]] = {}
     if not args.no_suggestion:
         texts = _sink_texts(data)
         suggestion, why = suggestion_for(encoder, texts)
         meta["suggestion"] = why | {"profile_texts": len(texts)}
+        if select:
+            from nosink.evals.sinks import sink_profile
+
+            profile = sink_profile(encoder, texts)
+            for key, task in tasks.items():
+                chosen, record = selection_for(encoder, profile, task, select, args.seed, args.batch_size)
+                selections[key] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
         "restricted_templates": args.restricted,
     }  # fmt: skip
     for key, task in tasks.items():
+        task_suggestion, task_meta = suggestion, meta
+        if key in selections:  # the selection stage's spec stands in for suggest_spec's
+            task_suggestion, record = selections[key]
+            task_meta = meta | {"suggestion": record}
         study_task(
-            encoder, task, out / f"{key}.json", templates, candidates, suggestion, args.exits, exit_templates,
-            restricted=args.restricted, meta=meta | {"data": sizes[key]}, batch_size=args.batch_size,
+            encoder, task, out / f"{key}.json", templates, candidates, task_suggestion, args.exits, exit_templates,
+            restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
         )  # fmt: skip
     if "ner" in args.tasks:
         train, dev = _conll(data, args.ner_train, args.ner_dev)

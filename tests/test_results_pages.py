@@ -188,7 +188,7 @@ def study_baselines(task: str) -> dict:
 
 def test_study_tables_are_the_tables_of_its_json():
     """Every table of docs/results/study.md that a study JSON gives is in the page as that JSON renders it."""
-    from nosink.evals.study import comparisons_table, exits_table, ner_table, results_table
+    from nosink.evals.study import comparisons_table, exits_table, ner_table, results_table, selection_table
 
     page = (RESULTS / "study.md").read_text()
     payloads = [p for p in sorted(STUDY.rglob("*.json")) if "baselines" not in p.relative_to(STUDY).parts]
@@ -201,6 +201,8 @@ def test_study_tables_are_the_tables_of_its_json():
             want = [results_table(payload, study_baselines(path.stem)), comparisons_table(payload)]
             if any(t["exits"] for t in payload["templates"]):
                 want.append(exits_table(payload))
+            if "candidates" in payload.get("suggestion", {}):  # the selection stage (--select)
+                want.append(selection_table(payload))
         for text in want:
             assert text in page, f"{path.relative_to(RESULTS)}: a table is missing or differs from its JSON"
 
