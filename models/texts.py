@@ -326,6 +326,9 @@ def tokenize(
     return _tokenize(tokenizer, texts, instruction, sink, max_length, template, target, copy, None)
 
 
+# An empty row, shared by the rows that have no prefix tokens (never changed in place: rows are cut by slicing).
+_NO_IDS: list[Any] = []
+
 # A fast tokenizer's output for a list of strings: each one's token ids and their (start, end) characters.
 _Encoded = tuple[list[list[int]], list[list[tuple[int, int]]]]
 
@@ -370,8 +373,10 @@ def _tokenize(
             # empty (0, 0) spans, counted at C speed, and the spans need no shift (the common case, per token).
             plain = n == 0 and (not spans or type(spans[0]) is tuple)
             cut = spans.count((0, 0)) if plain else sum(1 for _, end in spans if end <= n)
-            heads.append(list(ids[:cut]))
-            bodies.append(list(ids[cut:]))
+            # Rows are fresh lists, ours to keep; rows without a prefix share one empty one (fewer objects for the
+            # garbage collector to track: encode() makes millions).
+            heads.append(list(ids[:cut]) if cut else _NO_IDS)
+            bodies.append(ids if not cut and type(ids) is list else list(ids[cut:]))
             if offsets is not None:
                 offsets.append(list(spans[cut:]) if plain else [(max(0, s - n), e - n) for s, e in spans[cut:]])
     else:
@@ -379,7 +384,7 @@ def _tokenize(
         heads = [head] * len(texts)
         bodies = [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
         offsets = None
-    prefixes = [sink + head for head in heads]
+    prefixes = [sink + head if head else sink for head in heads]  # one shared list where there is no instruction
     truncated: list[int] = []
     if max_length is not None:
         room = [max_length - len(p) for p in prefixes]
@@ -730,7 +735,7 @@ def _read(encodings: list[Any], lead: bool = False) -> _Encoded:
         k = 0
         while k < len(row) and e.token_to_chars(k) == empty:
             k += 1
-        spans.append([empty] * k)
+        spans.append([empty] * k if k else _NO_IDS)
     return ids, spans
 
 
