@@ -147,6 +147,9 @@ class Template:
 class Tokenized:
     """Token ids of several inputs, each split into a prefix and a suffix (never pooled) around its text.
 
+    Rows are read-only: inputs with the same prefix may share one list (a copy per text would cost millions of
+    objects on a large call); build new lists rather than changing them in place.
+
     Attributes:
         prefix_ids: per input, the sink token and the instruction's tokens (with a template, every token
             before the pooled ones).
