@@ -38,8 +38,9 @@ PACK_MIN_PADDING = 0.05
 # On CUDA, encode() tokenizes its texts a chunk at a time while the GPU runs the batches of the chunks before:
 # the first chunk holds one batch (so the GPU starts at once), each next one twice as many, up to this many batches
 # (texts are sorted by length within a chunk: the more batches, the less padding; on an H100 with the Qwen2.5-0.5B
-# shape, batches of 128, chunks of 16 batches left 0.84x the forward alone, of 64 batches 1.00x: padded batches run
-# packed, which costs the host more than it saves the GPU on a model this small).
+# shape, 8,192 texts in batches of 128, chunks of at most 16 batches left 0.84x the forward alone, and chunks doubling
+# without a cap 1.00x, which on 8,192 texts are the chunks of this cap: padded batches run packed, which costs the
+# host more than it saves the GPU on a model this small).
 ENCODE_CHUNK_BATCHES = 64
 # On CUDA, encode() brings a batch's vectors back to the host this many batches after launching it, so the host
 # never waits for the GPU inside the loop (the copy is long done by then) and holds a bounded number of batches.
@@ -721,7 +722,7 @@ class EncoderFromDecoder(nn.Module):
         On CUDA (with the fast path and packing not turned off) the GPU is kept busy: texts are tokenized a
         chunk at a time (one batch, then twice as many each time, up to 64 batches' worth), each chunk by the
         tokenizer's Rust code in a thread while the GPU runs the batches of the chunk before, and sorted by length
-        within each chunk (what padding is left runs packed, at almost no cost);
+        within each chunk (a batch with padding left runs packed, see ``pack_padding``);
         batches are built on the host in pinned memory, and vectors come back to the host a few batches after
         their launch, so the loop never waits for the GPU. Elsewhere all texts are tokenized first and sorted
         together. Either way a text's vector depends on its batch only through the rounding above.
@@ -822,7 +823,7 @@ class EncoderFromDecoder(nn.Module):
         template = opts.template
         prompts = len(template.formats) if template is not None else 1
         device = self.parts.embed_tokens.weight.device
-        # On CUDA with packing (padding then costs almost nothing, so sorting by length matters little), texts are
+        # On CUDA with packing (padding then costs the GPU nothing, so sorting by length matters less), texts are
         # tokenized a chunk at a time while the GPU runs the chunks before, and sorted by length within each chunk;
         # elsewhere all texts are tokenized first and sorted together (padding costs there).
         overlap = self._tokenizes_in_chunks(device)

@@ -326,7 +326,7 @@ def tokenize(
         ValueError: for a ``max_length`` that is not a positive integer, or one that the sink token and
             the instruction (and the template) fill, leaving a non-empty text no token.
     """
-    return _tokenize(tokenizer, texts, instruction, sink, max_length, template, target, copy, None)
+    return _tokenize(tokenizer, texts, _Input(instruction, sink, max_length, template, target, copy))
 
 
 # An empty row, shared by the rows that have no prefix tokens (never changed in place: rows are cut by slicing).
@@ -336,21 +336,28 @@ _NO_IDS: list[Any] = []
 _Encoded = tuple[list[list[int]], list[list[tuple[int, int]]]]
 
 
+class _Input(NamedTuple):
+    # How each input is built around its text: tokenize()'s arguments but the tokenizer and the texts (Chunks builds
+    # one per template prompt and tokenizes every chunk with it).
+    instruction: str | None
+    sink: Sequence[int]
+    max_length: int | None
+    template: str | None = None  # one prompt of a Template
+    target: TemplateTarget = "text"
+    copy: int = 1
+
+
 def _tokenize(
     tokenizer: Any,
     texts: Sequence[str],
-    instruction: str | None,
-    sink: Sequence[int],
-    max_length: int | None,
-    template: str | None,
-    target: TemplateTarget,
-    copy: int,
-    encoded: _Encoded | None,
+    how: _Input,
+    encoded: _Encoded | None = None,
     keep_offsets: bool = True,
 ) -> Tokenized:
     # tokenize(), given what _encode() returns for _strings(texts, instruction, template) when `encoded` is not
     # None (Chunks tokenizes ahead in a thread). Without `keep_offsets` and without an instruction or a template, the
     # text tokens' character offsets are neither read nor kept (Tokenized.offsets is None): encode() needs none.
+    instruction, sink, max_length, template, target, copy = how
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
     if max_length is not None:
@@ -469,9 +476,14 @@ class Chunks:
         self.tokenizer, self.texts, self.instruction = tokenizer, list(texts), instruction
         self.prefetch, self.offsets = prefetch, offsets
         self.sink, self.max_length, self.caller = list(sink), max_length, caller
-        self.formats: tuple[str | None, ...] = template.formats if template is not None else (None,)
-        self.target: TemplateTarget = template.target if template is not None else "text"
-        self.copy = (template.copy or 1) if template is not None else 1
+        self.inputs = (
+            [
+                _Input(instruction, self.sink, max_length, f, template.target, template.copy or 1)
+                for f in template.formats
+            ]
+            if template is not None
+            else [_Input(instruction, self.sink, max_length)]
+        )
         n = len(self.texts)
         size = max(n, 1) if size is None else positive_int(size, "size")
         first = size if first is None else positive_int(first, "first")
@@ -524,13 +536,13 @@ class Chunks:
             backend.encode_batch(
                 _strings(texts, instruction, None if f is None else f.split(TEXT)), add_special_tokens=False
             )
-            for f in self.formats
+            for f in (how.template for how in self.inputs)
         ]
 
     def _read_chunk(self, encodings: list[list[Any]]) -> list[_Encoded]:
         # _encode_chunk's output as lists, on the caller's thread (offsets only as far as _tokenize reads them).
         lead = not self.offsets and not self.instruction
-        return [_read(e, lead and f is None) for e, f in zip(encodings, self.formats, strict=True)]
+        return [_read(e, lead and how.template is None) for e, how in zip(encodings, self.inputs, strict=True)]
 
     def _tokenize(self, start: int, stop: int, encoded: Future[list[list[Any]]] | None = None) -> list[Tokenized]:
         try:
@@ -544,19 +556,8 @@ class Chunks:
 
     def _prompts(self, texts: list[str], encoded: list[_Encoded] | None = None) -> list[Tokenized]:
         return [
-            _tokenize(
-                self.tokenizer,
-                texts,
-                self.instruction,
-                self.sink,
-                self.max_length,
-                f,
-                self.target,
-                self.copy,
-                encoded[i] if encoded is not None else None,
-                self.offsets,
-            )
-            for i, f in enumerate(self.formats)
+            _tokenize(self.tokenizer, texts, how, encoded[i] if encoded is not None else None, self.offsets)
+            for i, how in enumerate(self.inputs)
         ]
 
 

@@ -175,7 +175,7 @@ def test_reading_only_the_leading_empty_spans_splits_rows_as_all_offsets_do(smol
     assert ids == full_ids
     assert lead == [[(0, 0)] * spans.count((0, 0)) for spans in full]
     whole = _texts.tokenize(smollm2_tokenizer, strings, sink=[7], max_length=9)
-    light = _texts._tokenize(smollm2_tokenizer, strings, None, [7], 9, None, "text", 1, None, keep_offsets=False)
+    light = _texts._tokenize(smollm2_tokenizer, strings, _texts._Input(None, [7], 9), keep_offsets=False)
     assert (light.prefix_ids, light.text_ids, light.truncated) == (whole.prefix_ids, whole.text_ids, whole.truncated)
     assert light.offsets is None
 
@@ -198,7 +198,7 @@ def test_leading_empty_spans_are_read_and_split_off_as_prefix():
     assert _texts._read(rows, lead=True) == ([[5, 6, 7], [8], []], [[(0, 0), (0, 0)], [], []])
     fast = type("Fast", (), {"is_fast": True})()  # never called: the rows are given
     encoded = _texts._read(rows, lead=True)
-    tokens = _texts._tokenize(fast, ["abc", "de", ""], None, [1], None, None, "text", 1, encoded, keep_offsets=False)
+    tokens = _texts._tokenize(fast, ["abc", "de", ""], _texts._Input(None, [1], None), encoded, keep_offsets=False)
     assert tokens.prefix_ids == [[1, 5, 6], [1], [1]]
     assert tokens.text_ids == [[7], [8], []]
 
