@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nosink.evals.demo import DEMO_SPEC
-from nosink.layerspec.checks import positive_int, printable
+from nosink.layerspec.checks import count_arg, printable
 from nosink.models.loading import local_folder
 from nosink.models.texts import read_lines
 
@@ -46,22 +46,6 @@ reach; a folder of one of these names is ./NAME).
 evaluation data: 'nosink eval' reads --data (or --data-dir); without it, the folder named by the
 environment variable {DATA_ENV} (holding conll2003/, stsb/, banking77/, emotion/, ...), else the hub.
 """
-
-
-def _count(minimum: int = 1) -> Callable[[str], int]:
-    """An argparse ``type`` for a count: an integer of at least ``minimum``, refused at parse time."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {printable(repr(text))}") from None
-        try:
-            return positive_int(value, "the value", minimum=minimum)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return parse
 
 
 def _number(low: float, high: float, *, low_included: bool) -> Callable[[str], float]:
@@ -160,8 +144,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="output file: .npy or .safetensors (any case), written under exactly this name")  # fmt: skip
     enc.add_argument("--instruction", help="prompt put before every text (not pooled)")
     enc.add_argument("--pooling", default="mean", choices=["mean", "weighted_mean", "last", "first"])
-    enc.add_argument("--batch-size", type=_count(), default=32)
-    enc.add_argument("--max-length", type=_count(), default=512)
+    enc.add_argument("--batch-size", type=count_arg(), default=32)
+    enc.add_argument("--max-length", type=count_arg(), default=512)
     enc.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     enc.add_argument("--template", type=_template, help=_template_help() + " (it decides which tokens are pooled)")
     enc.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP)
@@ -180,10 +164,10 @@ def _parser() -> argparse.ArgumentParser:
         e.add_argument("--data", default=None,
                        help=f"CoNLL folder (train.txt, dev.txt) or hub id; default: ${DATA_ENV}/conll2003 if "
                        "that exists, else eriktks/conll2003")  # fmt: skip
-        e.add_argument("--train-limit", type=_count(), help="train the probe on the first N training sentences")
-        e.add_argument("--limit", type=_count(), help="evaluate on the first N dev sentences (quick runs)")
-        e.add_argument("--max-length", type=_count(), default=32, help="tokens per sentence (official: 32)")
-        e.add_argument("--epochs", type=_count(), default=3)
+        e.add_argument("--train-limit", type=count_arg(), help="train the probe on the first N training sentences")
+        e.add_argument("--limit", type=count_arg(), help="evaluate on the first N dev sentences (quick runs)")
+        e.add_argument("--max-length", type=count_arg(), default=32, help="tokens per sentence (official: 32)")
+        e.add_argument("--epochs", type=count_arg(), default=3)
         e.add_argument("--lr", type=_positive_float, default=5e-3)
         e.add_argument("--out", type=Path, default=Path("results"), help="folder for the results")
         if name == "ner":
@@ -192,9 +176,9 @@ def _parser() -> argparse.ArgumentParser:
         else:
             e.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
                            help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
-            e.add_argument("--ks", type=_count(), nargs="+",
+            e.add_argument("--ks", type=count_arg(), nargs="+",
                            help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")  # fmt: skip
-            e.add_argument("--k0s", type=_count(), nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
+            e.add_argument("--k0s", type=count_arg(), nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
             e.add_argument(
                 "--task",
                 default="ner",
@@ -207,8 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--tasks", nargs="+", help="mteb task names (default: the paper's subset)")
     where_data = f"folder of local copies (stsb/, banking77/, emotion/, <Task>/); default: ${DATA_ENV}"
     m.add_argument("--data-dir", type=Path, help=where_data)
-    m.add_argument("--limit", type=_count(), help="at most N items per split, seeded (quick runs; not comparable)")
-    m.add_argument("--batch-size", type=_count(), default=32)
+    m.add_argument("--limit", type=count_arg(), help="at most N items per split, seeded (quick runs; not comparable)")
+    m.add_argument("--batch-size", type=count_arg(), default=32)
     m.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
     m.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
     m.add_argument("--template", type=_template, help=_template_help() + "; not for encoder baselines")
@@ -224,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--instruction", help="prompt before every text (the paper uses none for domain tasks)")
     c.add_argument("--smote", choices=["auto", "yes", "no"], default="auto",
                    help="oversample with SMOTE: auto = when small (<1000) or imbalanced (>=3x)")  # fmt: skip
-    c.add_argument("--limit", type=_count(), help="a seeded, label-stratified sample of N training and N test texts")
+    c.add_argument("--limit", type=count_arg(), help="a seeded, label-stratified sample of N training and N test texts")
     c.add_argument("--out", type=Path, default=Path("results"), help="folder for classification.json")
 
     from nosink.evals.study import add_arguments as study_arguments
@@ -244,18 +228,18 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--compare", nargs="*", default=[], help="more specs whose sink profiles go in the same plot")
     ins.add_argument("--text", action="append", default=[], help="a sample text (repeatable)")
     ins.add_argument("--file", type=Path, help="sample texts, one per line (blank lines are skipped)")
-    ins.add_argument("--layers", type=_count(minimum=0), nargs="+", help="layer steps to draw (default: all)")
+    ins.add_argument("--layers", type=count_arg(minimum=0), nargs="+", help="layer steps to draw (default: all)")
     ins.add_argument("--threshold", type=_fraction, default=0.5,
                      help="share on the first token that makes a sink layer")  # fmt: skip
-    ins.add_argument("--positions", type=_count(), default=3, help="report shares on this many first positions")
-    ins.add_argument("--max-tokens", type=_count(minimum=2), default=32,
+    ins.add_argument("--positions", type=count_arg(), default=3, help="report shares on this many first positions")
+    ins.add_argument("--max-tokens", type=count_arg(minimum=2), default=32,
                      help="at most this many tokens per text (the maps cut texts to a common length)")  # fmt: skip
     ins.add_argument("--out", type=Path, default=Path("inspect"), help="folder for the figures and tables")
 
     plan = sub.add_parser("plan", help="show how a spec runs on a model: layer, mask kind, stream")
     plan.add_argument("spec", help='a layer spec, e.g. "F* | B*7 | M0B*3"')
     where = plan.add_mutually_exclusive_group(required=True)
-    where.add_argument("--depth", type=_count(), help="number of decoder layers")
+    where.add_argument("--depth", type=count_arg(), help="number of decoder layers")
     where.add_argument("--model", help="read the depth from this model's config (hub id, folder or 'demo')")
     _serve_parser(sub)
     return p
@@ -418,10 +402,10 @@ def _add_encode_corpus(sub: Any) -> None:
     c.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     c.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="stored vectors")
     c.add_argument("--model-dtype", choices=["float32", "bfloat16", "float16"], help="weights (default: checkpoint's)")
-    c.add_argument("--batch-size", type=_count(), default=32, help="texts per forward pass")
-    c.add_argument("--max-length", type=_count(), default=512, help="tokens per input (longer are cut)")
+    c.add_argument("--batch-size", type=count_arg(), default=32, help="texts per forward pass")
+    c.add_argument("--max-length", type=count_arg(), default=512, help="tokens per input (longer are cut)")
     c.add_argument("--exit-layer", type=_exit_layer, metavar="M", help=_EXIT_HELP + "; kept in the manifest")
-    c.add_argument("--shard-rows", type=_count(), default=10_000, help="input rows per shard")
+    c.add_argument("--shard-rows", type=count_arg(), default=10_000, help="input rows per shard")
     c.add_argument("--skip-bad-rows", action="store_true", help="skip bad rows (listed in the manifest), not stop")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -676,7 +660,7 @@ def _message(err: BaseException) -> str:
 
 def _port(text: str) -> int:
     """An argparse ``type`` for ``--port``: an integer from 1 to 65535, refused at parse time."""
-    value = _count()(text)  # an integer, positive (positive_int)
+    value = count_arg()(text)  # an integer, positive (positive_int)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {value}")
     return value
@@ -695,10 +679,10 @@ def _serve_parser(sub: Any) -> None:
                    help="named embedding instructions, chosen per request by prompt_name (\\n: newline)")  # fmt: skip
     s.add_argument("--dtype", default=None, help="weights' dtype (float32, bfloat16, ...; default: the checkpoint's)")
     s.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
-    s.add_argument("--max-inputs", type=_count(), default=256, help="texts per embeddings request")
-    s.add_argument("--max-tokens-per-text", type=_count(), default=512,
+    s.add_argument("--max-inputs", type=count_arg(), default=256, help="texts per embeddings request")
+    s.add_argument("--max-tokens-per-text", type=count_arg(), default=512,
                    help="tokens per text, sink and prompt included")  # fmt: skip
-    s.add_argument("--batch-size", type=_count(), default=8,
+    s.add_argument("--batch-size", type=count_arg(), default=8,
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
 
 
