@@ -134,6 +134,68 @@ def test_counts_are_refused_when_parsed(argv, capsys, monkeypatch):
     assert f"argument {option}:" in err and ("must be" in err or "expected" in err), err
 
 
+# --- the study's integer arguments: python -m nosink.evals.study and nosink eval study share them ----------
+
+STUDY_REFUSED = [
+    ("--ks", ["4", "0"], "a positive integer, got 0"),
+    ("--ks", ["-3"], "a positive integer, got -3"),
+    ("--k0s", ["0"], "a positive integer, got 0"),
+    ("--k0s", ["2", "-1"], "a positive integer, got -1"),
+    ("--exits", ["0"], "a positive integer, got 0"),
+    ("--exits", ["12", "-4"], "a positive integer, got -4"),
+    ("--sts-choose", ["1"], "an integer >= 2, got 1"),
+    ("--sts-report", ["0"], "an integer >= 2, got 0"),
+    ("--cls-train", ["0"], "a positive integer, got 0"),
+    ("--cls-test", ["-5"], "a positive integer, got -5"),
+    ("--cls-validation", ["0"], "a positive integer, got 0"),
+    ("--ret-queries", ["1"], "an integer >= 2, got 1"),
+    ("--ret-other", ["-1"], "a non-negative integer, got -1"),
+    ("--ret-doc-words", ["0"], "a positive integer, got 0"),
+    ("--ner-train", ["0"], "a positive integer, got 0"),
+    ("--ner-dev", ["1"], "an integer >= 2, got 1"),
+    ("--seed", ["-1"], "a non-negative integer, got -1"),
+    ("--batch-size", ["0"], "a positive integer, got 0"),
+    ("--select", ["1"], "an integer >= 2 or 0 (no selection stage), got 1"),
+    ("--select", ["-2"], "an integer >= 2 or 0 (no selection stage), got -2"),
+    ("--ks", ["two"], "expected an integer, got 'two'"),
+]
+
+
+def _study_argv(option, values, out):
+    return ["demo", "--data", str(out), "--out", str(out), option, *values]
+
+
+@pytest.mark.parametrize("entry", ["python -m nosink.evals.study", "nosink eval study"])
+@pytest.mark.parametrize(
+    ("option", "values", "wanted"), STUDY_REFUSED, ids=lambda v: " ".join(v) if isinstance(v, list) else v
+)
+def test_the_studys_integer_arguments_are_refused_when_parsed(entry, option, values, wanted, tmp_path, capsys,
+                                                              monkeypatch):  # fmt: skip
+    from nosink.evals import study
+
+    monkeypatch.setattr(EncoderFromDecoder, "from_pretrained", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(study, "run", lambda *a, **k: pytest.fail("ran the study"))
+    argv = _study_argv(option, values, tmp_path)
+    with pytest.raises(SystemExit) as info:
+        study.main(argv) if entry.startswith("python") else main(["eval", "study", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and wanted in err, err
+
+
+def test_the_studys_zeros_that_mean_something_are_parsed(tmp_path):
+    import argparse
+
+    from nosink.evals.study import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = [*_study_argv("--select", ["0"], tmp_path), "--seed", "0", "--ret-other", "0", "--k0s", "1", "--exits", "1"]
+    args = parser.parse_args(argv)
+    assert (args.select, args.seed, args.ret_other, args.k0s, args.exits) == (0, 0, 0, [1], [1])
+    assert parser.parse_args(_study_argv("--select", ["2"], tmp_path)).select == 2
+
+
 # --- --template and --exit-layer ------------------------------------------------------------------------
 
 

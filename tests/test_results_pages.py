@@ -213,3 +213,33 @@ def test_study_page_figures_exist():
     assert figures
     for figure in figures:
         assert (RESULTS / figure).is_file(), figure
+
+
+# The later one-core runs (grids cut to F* and the STS-B-chosen specs) state their encoding time in their
+# section of the page: the `seconds` field of the JSON, and for STS/classification each template's share.
+LATER_RUNS = {
+    "gemma-3-270m/emotion.json": "### gemma-3-270m",
+    "gemma-3-270m/banking77.json": "### gemma-3-270m",
+    "gemma-3-270m/ner.json": "### gemma-3-270m",
+    "qwen2.5-coder-0.5b/emotion.json": "### Qwen2.5-Coder-0.5B",
+    "qwen2.5-coder-0.5b/banking77.json": "### Qwen2.5-Coder-0.5B",
+}
+SECTIONS = {"emotion": "## Emotion", "banking77": "## Banking77", "ner": "## CoNLL-2003 NER"}
+
+
+def whole(seconds: float) -> int:
+    """Seconds as the page writes them: rounded half up (284.5 s is 285 s)."""
+    return int(seconds + 0.5)
+
+
+@pytest.mark.parametrize("name", list(LATER_RUNS))
+def test_later_runs_state_their_json_seconds(name):
+    page = (RESULTS / "study.md").read_text()
+    payload = json.loads((STUDY / name).read_text())
+    task = page.split(f"\n{SECTIONS[Path(name).stem]}\n", 1)[1].split("\n## ", 1)[0]
+    section = " ".join(task.split(f"\n{LATER_RUNS[name]}\n", 1)[1].split("\n### ", 1)[0].split())
+    assert f"**{whole(payload['seconds'])} s**" in section, name
+    for t in payload.get("templates", []):
+        said = "without template" if t["template"] == "instruction" else f"with {t['template']}"
+        assert f"{whole(t['seconds'])} s {said}" in section, (name, t["template"])
+    assert f"<!-- table: {'ner' if 'ner' in name else 'results'} {name} -->" in section, name
