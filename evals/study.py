@@ -42,7 +42,7 @@ import numpy as np
 from nosink import EncoderFromDecoder
 from nosink.evals import stats
 from nosink.layerspec import Plan, SpecError, as_spec, presets
-from nosink.layerspec.checks import printable
+from nosink.layerspec.checks import count_arg, printable
 
 __all__ = [
     "NO_TEMPLATE",
@@ -1171,27 +1171,6 @@ def _template_name(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown template {printable(repr(text))}; expected one of {known}") from None
 
 
-def _count(minimum: int = 1, *, zero: str | None = None) -> Callable[[str], int]:
-    """An argparse ``type``: an integer of at least ``minimum`` (0 too when ``zero`` says what 0 means).
-
-    argparse prefixes the message with the argument's name (``argument --ks: ...``).
-    """
-    wanted = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
-    if zero is not None:
-        wanted += f" or 0 ({zero})"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {printable(repr(text))}") from None
-        if value < minimum and not (zero is not None and value == 0):
-            raise argparse.ArgumentTypeError(f"the value must be {wanted}, got {value}")
-        return value
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) -> None:
     """Add the study's arguments to ``parser``: ``python -m nosink.evals.study`` and ``nosink eval study`` share them.
 
@@ -1215,16 +1194,16 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
                         "PretendedCoT", "KnowledgeEnhancement", "Echo", "MetaEOL"],
                         help=f"'{NO_TEMPLATE}' (mean pooling, the task's instruction) or template presets")  # fmt: skip
     parser.add_argument(
-        "--ks", type=_count(), nargs="+", help="converted layers (default: depth/4, depth/2, 2 depth/3)"
+        "--ks", type=count_arg(), nargs="+", help="converted layers (default: depth/4, depth/2, 2 depth/3)"
     )
     parser.add_argument(
         "--k0s",
-        type=_count(),
+        type=count_arg(),
         nargs="+",
         default=[1, 2, 4],
         help="top layers that also hide the sink (k0 = 0 is F* | B*k, already in the grid)",
     )
-    parser.add_argument("--exits", type=_count(), nargs="*", default=[], help="exit layers to try")
+    parser.add_argument("--exits", type=count_arg(), nargs="*", default=[], help="exit layers to try")
     parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
                         help="templates whose chosen specs are tried at --exits")  # fmt: skip
     parser.add_argument(
@@ -1234,24 +1213,28 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
         default=["MetaEOL"],
         help="templates scored only at the specs the first template chose (no grid of their own)",
     )
-    parser.add_argument("--sts-choose", type=_count(2), default=300, help="STS-B dev pairs to choose on")
-    parser.add_argument("--sts-report", type=_count(2), help="STS-B test pairs to report on (default all 1,379)")
-    parser.add_argument("--cls-train", type=_count(), default=1000)
-    parser.add_argument("--cls-test", type=_count(), default=1000)
-    parser.add_argument("--cls-validation", type=_count(), default=1000, help="MASSIVE validation items to choose on")
-    parser.add_argument("--ret-queries", type=_count(2), help="retrieval test queries, in halves (default all)")
+    parser.add_argument("--sts-choose", type=count_arg(2), default=300, help="STS-B dev pairs to choose on")
+    parser.add_argument("--sts-report", type=count_arg(2), help="STS-B test pairs to report on (default all 1,379)")
+    parser.add_argument("--cls-train", type=count_arg(), default=1000)
+    parser.add_argument("--cls-test", type=count_arg(), default=1000)
+    parser.add_argument(
+        "--cls-validation", type=count_arg(), default=1000, help="MASSIVE validation items to choose on"
+    )
+    parser.add_argument("--ret-queries", type=count_arg(2), help="retrieval test queries, in halves (default all)")
     parser.add_argument(
         "--ret-other",
-        type=_count(0),
+        type=count_arg(0),
         help="unjudged documents kept beside the judged ones (default all; 0: the judged ones only)",
     )
-    parser.add_argument("--ret-doc-words", type=_count(), help="cut documents to their first N words (default: no cut)")
-    parser.add_argument("--ner-train", type=_count(), default=1000)
-    parser.add_argument("--ner-dev", type=_count(2), default=1000)
-    parser.add_argument("--seed", type=_count(0), default=0)
-    parser.add_argument("--batch-size", type=_count(), default=32, help="texts per forward pass")
+    parser.add_argument(
+        "--ret-doc-words", type=count_arg(), help="cut documents to their first N words (default: no cut)"
+    )
+    parser.add_argument("--ner-train", type=count_arg(), default=1000)
+    parser.add_argument("--ner-dev", type=count_arg(2), default=1000)
+    parser.add_argument("--seed", type=count_arg(0), default=0)
+    parser.add_argument("--batch-size", type=count_arg(), default=32, help="texts per forward pass")
     parser.add_argument("--no-suggestion", action="store_true")
-    parser.add_argument("--select", type=_count(2, zero="no selection stage"), default=0, metavar="N",
+    parser.add_argument("--select", type=count_arg(2, zero="no selection stage"), default=0, metavar="N",
                         help="score the sink profile's candidate specs (nosink.evals.sinks.candidate_specs) on N "
                         "choosing pairs (STS) or training items (classification) and report the best as the "
                         "suggestion (default 0: suggest_spec's spec; NER keeps it)")  # fmt: skip
