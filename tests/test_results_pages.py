@@ -181,11 +181,16 @@ def test_table_reader_sees_escaped_bars_and_drops_rules():
 STUDY = RESULTS / "study"
 
 
-def study_baselines(task: str, full: bool = False) -> dict:
-    """The trained encoders' results on the same task and data, by name (``full``: the full-size runs'
-    ones, under ``baselines/<name>/full/``)."""
-    pattern = f"*/full/{task}.json" if full else f"*/{task}.json"
-    return {p.parts[-3 if full else -2]: json.loads(p.read_text()) for p in sorted((STUDY / "baselines").glob(pattern))}
+def study_baselines(task: str, run: str = "") -> dict:
+    """The trained encoders' results on the same task and data, by name (``run``: a full-size run's tag,
+    e.g. ``full``, whose encoders' JSON lie under ``baselines/<name>/<run>/``)."""
+    pattern = f"*/{run}/{task}.json" if run else f"*/{task}.json"
+    return {p.parts[-3 if run else -2]: json.loads(p.read_text()) for p in sorted((STUDY / "baselines").glob(pattern))}
+
+
+def full_run(folder: str) -> str:
+    """The tag of a full-size run's folder (``smollm2-135m-full-choose120``: ``full-choose120``), else ``""``."""
+    return folder[folder.index("-full") + 1 :] if "-full" in folder else ""
 
 
 def test_study_tables_are_the_tables_of_its_json():
@@ -197,11 +202,11 @@ def test_study_tables_are_the_tables_of_its_json():
     assert payloads
     for path in payloads:
         payload = json.loads(path.read_text())
-        full = path.parent.name.endswith("-full")  # the full-size runs sit beside their own baselines' runs
+        run = full_run(path.parent.name)  # the full-size runs sit beside their own baselines' runs
         if path.stem == "ner":
-            want = [ner_table(payload, study_baselines("ner", full))]
+            want = [ner_table(payload, study_baselines("ner", run))]
         else:
-            want = [results_table(payload, study_baselines(path.stem, full)), comparisons_table(payload)]
+            want = [results_table(payload, study_baselines(path.stem, run)), comparisons_table(payload)]
             if any(t["exits"] for t in payload["templates"]):
                 want.append(exits_table(payload))
             if "candidates" in payload.get("suggestion", {}):  # the selection stage (--select)
@@ -250,9 +255,9 @@ def test_later_runs_state_their_json_seconds(name):
 
 # The full-size runs (full STS-B test set, 2,000/2,000 NER sentences) have their own section: a time table
 # row per JSON file (its `seconds`), and each model run is tabled beside both trained encoders' runs on
-# the same data (baselines/<name>/full/).
-FULL_RUNS = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("*-full/*.json"))
-FULL_BASELINES = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("baselines/*/full/*.json"))
+# the same data (baselines/<name>/<tag>/, the tag from "-full" on in the run's folder name).
+FULL_RUNS = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("*-full*/*.json"))
+FULL_BASELINES = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("baselines/*/full*/*.json"))
 
 
 def full_section() -> str:
@@ -269,7 +274,7 @@ def test_full_size_runs_state_their_json_seconds(name):
 @pytest.mark.parametrize("name", FULL_RUNS)
 def test_full_size_runs_are_tabled_beside_both_encoders(name):
     task = Path(name).stem
-    baselines = study_baselines(task, full=True)
+    baselines = study_baselines(task, full_run(Path(name).parent.name))
     assert sorted(baselines) == ["all-MiniLM-L6-v2", "all-mpnet-base-v2"], name
     data = json.loads((STUDY / name).read_text())["data"]
     assert all(base["data"] == data for base in baselines.values()), f"{name}: the encoders ran on other data"
