@@ -280,3 +280,8 @@ def test_full_size_runs_are_tabled_beside_both_encoders(name):
     assert all(base["data"] == data for base in baselines.values()), f"{name}: the encoders ran on other data"
     kind = "ner" if task == "ner" else "results"
     assert f"<!-- table: {kind} {name} -->" in full_section(), name
+
+
+def test_full_size_runs_total_is_the_sum_of_their_seconds():
+    total = sum(whole(json.loads((STUDY / name).read_text())["seconds"]) for name in FULL_RUNS + FULL_BASELINES)
+    assert f"| total | {total} ({total / 60:.0f} minutes) |" in full_section()
