@@ -181,9 +181,16 @@ def test_table_reader_sees_escaped_bars_and_drops_rules():
 STUDY = RESULTS / "study"
 
 
-def study_baselines(task: str) -> dict:
-    """The trained encoders' results on the same task and data, by name."""
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((STUDY / "baselines").glob(f"*/{task}.json"))}
+def study_baselines(task: str, run: str = "") -> dict:
+    """The trained encoders' results on the same task and data, by name (``run``: a full-size run's tag,
+    e.g. ``full``, whose encoders' JSON lie under ``baselines/<name>/<run>/``)."""
+    pattern = f"*/{run}/{task}.json" if run else f"*/{task}.json"
+    return {p.parts[-3 if run else -2]: json.loads(p.read_text()) for p in sorted((STUDY / "baselines").glob(pattern))}
+
+
+def full_run(folder: str) -> str:
+    """The tag of a full-size run's folder (``smollm2-135m-full-choose120``: ``full-choose120``), else ``""``."""
+    return folder[folder.index("-full") + 1 :] if "-full" in folder else ""
 
 
 def test_study_tables_are_the_tables_of_its_json():
@@ -195,10 +202,11 @@ def test_study_tables_are_the_tables_of_its_json():
     assert payloads
     for path in payloads:
         payload = json.loads(path.read_text())
+        run = full_run(path.parent.name)  # the full-size runs sit beside their own baselines' runs
         if path.stem == "ner":
-            want = [ner_table(payload, study_baselines("ner"))]
+            want = [ner_table(payload, study_baselines("ner", run))]
         else:
-            want = [results_table(payload, study_baselines(path.stem)), comparisons_table(payload)]
+            want = [results_table(payload, study_baselines(path.stem, run)), comparisons_table(payload)]
             if any(t["exits"] for t in payload["templates"]):
                 want.append(exits_table(payload))
             if "candidates" in payload.get("suggestion", {}):  # the selection stage (--select)
@@ -243,3 +251,37 @@ def test_later_runs_state_their_json_seconds(name):
         said = "without template" if t["template"] == "instruction" else f"with {t['template']}"
         assert f"{whole(t['seconds'])} s {said}" in section, (name, t["template"])
     assert f"<!-- table: {'ner' if 'ner' in name else 'results'} {name} -->" in section, name
+
+
+# The full-size runs (full STS-B test set, 2,000/2,000 NER sentences) have their own section: a time table
+# row per JSON file (its `seconds`), and each model run is tabled beside both trained encoders' runs on
+# the same data (baselines/<name>/<tag>/, the tag from "-full" on in the run's folder name).
+FULL_RUNS = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("*-full*/*.json"))
+FULL_BASELINES = sorted(p.relative_to(STUDY).as_posix() for p in STUDY.glob("baselines/*/full*/*.json"))
+
+
+def full_section() -> str:
+    page = (RESULTS / "study.md").read_text()
+    return page.split("\n## Full-size runs\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("name", FULL_RUNS + FULL_BASELINES)
+def test_full_size_runs_state_their_json_seconds(name):
+    payload = json.loads((STUDY / name).read_text())
+    assert f"| `study/{name}` | {whole(payload['seconds'])} |" in full_section(), name
+
+
+@pytest.mark.parametrize("name", FULL_RUNS)
+def test_full_size_runs_are_tabled_beside_both_encoders(name):
+    task = Path(name).stem
+    baselines = study_baselines(task, full_run(Path(name).parent.name))
+    assert sorted(baselines) == ["all-MiniLM-L6-v2", "all-mpnet-base-v2"], name
+    data = json.loads((STUDY / name).read_text())["data"]
+    assert all(base["data"] == data for base in baselines.values()), f"{name}: the encoders ran on other data"
+    kind = "ner" if task == "ner" else "results"
+    assert f"<!-- table: {kind} {name} -->" in full_section(), name
+
+
+def test_full_size_runs_total_is_the_sum_of_their_seconds():
+    total = sum(whole(json.loads((STUDY / name).read_text())["seconds"]) for name in FULL_RUNS + FULL_BASELINES)
+    assert f"| total | {total} ({total / 60:.0f} minutes) |" in full_section()
