@@ -45,6 +45,7 @@ from nosink.layerspec import Plan, SpecError, as_spec, presets
 from nosink.layerspec.checks import count_arg, printable
 
 __all__ = [
+    "EXIT_FAMILIES",
     "NO_TEMPLATE",
     "Candidate",
     "ClassificationTask",
@@ -60,6 +61,7 @@ __all__ = [
     "comparisons",
     "comparisons_table",
     "exit_candidates",
+    "exit_families_of",
     "exits_table",
     "grid",
     "mean_over_seeds",
@@ -484,6 +486,30 @@ class TemplateResult:
     texts_encoded: int
 
 
+EXIT_FAMILIES = ("F*", "best", "INPLACE-BIDIR", "MASK0&BIDIR")
+"""What ``exit_families`` may name: a family of the grid, or ``"best"`` (see :func:`exit_families_of`)."""
+
+
+def exit_families_of(
+    families: Sequence[str], chosen: Mapping[str, Candidate], choose_scores: Mapping[Candidate, float]
+) -> list[str]:
+    """The families whose chosen spec is tried at the exits: ``families`` with ``"best"`` resolved, in order.
+
+    ``"best"`` is the converted family (INPLACE-BIDIR or MASK0&BIDIR) whose chosen spec scores better on the
+    choosing split; a family not in ``chosen`` is left out.
+
+    Raises:
+        ValueError: for a family not in :data:`EXIT_FAMILIES`.
+    """
+    unknown = [f for f in families if f not in EXIT_FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown exit families {unknown}; expected some of {list(EXIT_FAMILIES)}")
+    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
+    best = max(converted, key=lambda f: choose_scores[chosen[f]]) if converted else None
+    resolved = (best if f == "best" else f for f in families)
+    return [f for f in dict.fromkeys(resolved) if f is not None and f in chosen]
+
+
 def run_template(
     encoder: EncoderFromDecoder,
     task: Task,
@@ -505,8 +531,8 @@ def run_template(
         suggestion: a spec to score beside the chosen ones (``suggest_spec``'s), on both splits.
         exits: exit layers to try for the chosen spec of each family in ``exit_families``; the exit is
             chosen on the choosing split like any other choice.
-        exit_families: the families whose chosen spec is tried at ``exits``; ``"best"`` names the
-            converted family (INPLACE-BIDIR or MASK0&BIDIR) whose chosen spec scores better on the choosing split.
+        exit_families: the families whose chosen spec is tried at ``exits`` (see :func:`exit_families_of`;
+            ``"best"`` names the better converted family on the choosing split).
         batch_size: texts per forward pass.
         restrict: skip the grid and take these candidates (family -> candidate) as chosen: for costly
             templates (MetaEOL's eight prompts) scored only at the specs another template chose.
@@ -530,14 +556,10 @@ def run_template(
         chosen_cands = dict(restrict)
     else:
         chosen_cands = choose_by_family({c: choose_scores[c] for c in grid_cands})
-    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen_cands]
-    best = max(converted, key=lambda f: choose_scores[chosen_cands[f]]) if converted else None
+    families = exit_families_of(exit_families, chosen_cands, choose_scores)
     if suggestion is not None:
         chosen_cands["SUGGESTED"] = suggestion
-    families = list(dict.fromkeys(best if f == "best" else f for f in exit_families))
-    exit_cands = {
-        fam: exit_candidates(chosen_cands[fam], encoder.depth, exits) for fam in families if fam in chosen_cands
-    }
+    exit_cands = {fam: exit_candidates(chosen_cands[fam], encoder.depth, exits) for fam in families}
     exit_cands = {fam: cs for fam, cs in exit_cands.items() if cs}
     every_exit = [c for cs in exit_cands.values() for c in cs]
     if every_exit:
@@ -1068,11 +1090,13 @@ def study_task(
     restricted: Sequence[str] = ("MetaEOL",),
     meta: Mapping[str, Any] | None = None,
     batch_size: int = 32,
+    exit_families: Sequence[str] = ("F*", "best"),
 ) -> dict[str, Any]:
     """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
 
     Templates named in ``restricted`` are scored only at the specs the first template chose (no grid).
-    ``exits`` are tried for ``F*`` and the better converted family, for the templates in ``exit_templates``.
+    ``exits`` are tried for the chosen specs of ``exit_families`` (by default ``F*`` and the better converted
+    family), for the templates in ``exit_templates``.
 
     Returns:
         The JSON payload: each template's rows, the overall choice, the paired comparisons, and ``meta``.
@@ -1091,7 +1115,7 @@ def study_task(
             template,
             suggestion=suggestion if template is None else None,
             exits=exits if template in exit_templates else (),
-            exit_families=("F*", "best"),
+            exit_families=exit_families,
             batch_size=batch_size,
             restrict=restrict,
         )
@@ -1204,6 +1228,9 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
         help="top layers that also hide the sink (k0 = 0 is F* | B*k, already in the grid)",
     )
     parser.add_argument("--exits", type=count_arg(), nargs="*", default=[], help="exit layers to try")
+    parser.add_argument("--exit-families", nargs="+", choices=EXIT_FAMILIES, default=["F*", "best"],
+                        help="families whose chosen spec is tried at --exits ('best': the converted family that "
+                        "scores better on the choosing split)")  # fmt: skip
     parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
                         help="templates whose chosen specs are tried at --exits")  # fmt: skip
     parser.add_argument(
@@ -1344,9 +1371,10 @@ def run(args: argparse.Namespace, command: str) -> int:
             for key, task in tasks.items():
                 chosen, record = selection_for(encoder, profile, task, select, args.seed, args.batch_size)
                 selections[key] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
+    exit_families = list(getattr(args, "exit_families", ["F*", "best"]))
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
-        "restricted_templates": args.restricted,
+        "exit_families": exit_families, "restricted_templates": args.restricted,
     }  # fmt: skip
     for key, task in tasks.items():
         task_suggestion, task_meta = suggestion, meta
@@ -1356,18 +1384,18 @@ def run(args: argparse.Namespace, command: str) -> int:
         study_task(
             encoder, task, out / f"{key}.json", templates, candidates, task_suggestion, args.exits, exit_templates,
             restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
+            exit_families=exit_families,
         )  # fmt: skip
     if "ner" in args.tasks:
         train, dev = _conll(data, args.ner_train, args.ner_dev)
-        best = {}
         ner_cands = list(candidates) + ([suggestion] if suggestion is not None else [])
-        ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
+        if "F*" in exit_families:  # F*'s exits share every layer with F*: they come free in the first pass
+            ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
         result = ner_study(encoder, train, dev, ner_cands)
         chosen = choose_by_family({c: result.choose[c] for c in ner_cands if c.exit_layer is None})
-        converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
-        if converted and args.exits:
-            best = chosen[max(converted, key=lambda f: result.choose[chosen[f]])]
-            more = exit_candidates(best, encoder.depth, args.exits)
+        if args.exits:
+            families = [f for f in exit_families_of(exit_families, chosen, result.choose) if f != "F*"]
+            more = [c for f in families for c in exit_candidates(chosen[f], encoder.depth, args.exits)]
             if more:
                 extra = ner_study(encoder, train, dev, more)
                 for d in ("choose", "report", "per_seed"):

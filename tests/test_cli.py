@@ -186,7 +186,8 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(out), "--tasks", "sts", "ner",
             "--templates", "instruction", "prompt-eol", "--restricted", "PromptEOL", "--ks", "2", "--k0s", "1",
-            "--exits", "2", "--ner-train", "24", "--ner-dev", "12"]  # fmt: skip
+            "--exits", "2", "--exit-families", "F*", "INPLACE-BIDIR", "MASK0&BIDIR", "--ner-train", "24",
+            "--ner-dev", "12"]  # fmt: skip
     assert main(args) == 0
     sts, ner = json.loads((out / "sts.json").read_text()), json.loads((out / "ner.json").read_text())
     assert sts["command"] == shlex.join(["nosink", *args])
@@ -194,7 +195,11 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     assert [t["template"] for t in sts["templates"]] == ["instruction", "PromptEOL"]
     assert set(sts["templates"][0]["chosen"]) == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR", "SUGGESTED"}
     assert sts["templates"][1]["chosen"].keys() == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR"}  # restricted: no grid
-    assert {r["name"] for r in ner["rows"]} >= {"F*", "F* | B*2", "F* | B | M0B", "F* @ exit 2"}
+    # exits tried for every family named, the NER rows too
+    assert sts["exit_families"] == ner["exit_families"] == ["F*", "INPLACE-BIDIR", "MASK0&BIDIR"]
+    assert set(sts["templates"][0]["exits"]) == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR"}
+    exits = {"F* @ exit 2", "F* | B*2 @ exit 2", "F* | B | M0B @ exit 2"}
+    assert {r["name"] for r in ner["rows"]} >= {"F*", "F* | B*2", "F* | B | M0B", *exits}
 
     # The reported F* score without a template: Spearman of encode()'s cosines on all 12 test pairs.
     task = load_sts(tmp_path / "data" / "stsb", None, None)

@@ -21,6 +21,7 @@ from nosink.evals.study import (
     choose_by_family,
     comparisons,
     exit_candidates,
+    exit_families_of,
     grid,
     load_classification,
     load_retrieval,
@@ -324,3 +325,46 @@ def test_load_massive_chooses_on_validation(tmp_path):
     assert len(task.train) == 9 and len(task.validation) == 3 and len(task.test) == 6
     assert {y for _, y in task.validation} == {"0", "1", "2"}  # stratified: every intent kept
     assert task.instruction.startswith("Instruct: Given a user utterance")
+
+
+def test_exit_families_resolve_best_and_keep_the_order():
+    specs = {"F*": "F*", "INPLACE-BIDIR": "F* | B*2", "MASK0&BIDIR": "F* | B | M0B"}
+    chosen = {f: Candidate(f, spec) for f, spec in specs.items()}
+    scores = {chosen["F*"]: 0.1, chosen["INPLACE-BIDIR"]: 0.5, chosen["MASK0&BIDIR"]: 0.4}
+    assert exit_families_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BIDIR"]
+    scores[chosen["MASK0&BIDIR"]] = 0.6
+    assert exit_families_of(["best", "F*"], chosen, scores) == ["MASK0&BIDIR", "F*"]
+    both = exit_families_of(["INPLACE-BIDIR", "MASK0&BIDIR", "best"], chosen, scores)
+    assert both == ["INPLACE-BIDIR", "MASK0&BIDIR"]  # "best" is one of them: tried once
+    only_f = {"F*": chosen["F*"]}
+    assert exit_families_of(["F*", "best", "MASK0&BIDIR"], only_f, scores) == ["F*"]  # nothing converted chosen
+    with pytest.raises(ValueError, match="unknown exit families"):
+        exit_families_of(["MASK0-BIDIR"], chosen, scores)
+
+
+def test_run_template_tries_exits_on_every_named_family():
+    encoder, task = tiny_encoder(), sts_task()
+    cands = grid(encoder.depth, ks=[2, 3], k0s=[1])
+    result = run_template(encoder, task, cands, None, exits=[2, 3], exit_families=("INPLACE-BIDIR", "MASK0&BIDIR"))
+    assert set(result.exits) == {"INPLACE-BIDIR", "MASK0&BIDIR"}  # and not F*
+    for fam, rows in result.exits.items():
+        spec = result.chosen[fam].candidate.spec
+        assert {r.candidate.spec for r in rows} == {spec} and None in {r.candidate.exit_layer for r in rows}
+        assert all(r.report is not None for r in rows)
+        assert result.exit_choice[fam].choose == max(r.choose for r in rows)
+
+
+def test_the_exit_families_option_is_parsed_and_checked(tmp_path, capsys):
+    import argparse
+
+    from nosink.evals.study import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["demo", "--data", str(tmp_path), "--out", str(tmp_path)]
+    assert parser.parse_args(base).exit_families == ["F*", "best"]
+    both = parser.parse_args([*base, "--exit-families", "INPLACE-BIDIR", "MASK0&BIDIR"])
+    assert both.exit_families == ["INPLACE-BIDIR", "MASK0&BIDIR"]
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--exit-families", "BACK"])
+    assert "argument --exit-families: invalid choice: 'BACK'" in capsys.readouterr().err
