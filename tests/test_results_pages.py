@@ -213,3 +213,21 @@ def test_study_page_figures_exist():
     assert figures
     for figure in figures:
         assert (RESULTS / figure).is_file(), figure
+
+
+def test_study_qwen_1_5b_time_table_equals_its_json():
+    """The Qwen2.5-Coder-1.5B time table has one row per JSON of its folder, with that file's ``seconds`` field."""
+    page = (RESULTS / "study.md").read_text()
+    (rows,) = [t for t in tables(page) if t[0][0] == "Qwen2.5-Coder-1.5B run (one process)"]
+    files = {}
+    for cells in rows[1:]:
+        if cells[3]:
+            (name,) = re.findall(r"`([^`]+)`", cells[3])
+            files[name] = cells[4]
+    folder = STUDY / "qwen2.5-coder-1.5b"
+    assert set(files) == {f"study/qwen2.5-coder-1.5b/{p.name}" for p in folder.glob("*.json")}
+    seconds = {name: json.loads((RESULTS / name).read_text())["seconds"] for name in files}
+    for name, cell in files.items():
+        assert shown(seconds[name], cell), (name, cell, seconds[name])
+    (total,) = [cells for cells in rows[1:] if cells[0] == "total"]
+    assert shown(sum(seconds.values()), total[4]), total
