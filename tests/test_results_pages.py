@@ -225,7 +225,7 @@ def test_study_qwen_1_5b_time_table_equals_its_json():
             (name,) = re.findall(r"`([^`]+)`", cells[3])
             files[name] = cells[4]
     folder = STUDY / "qwen2.5-coder-1.5b"
-    assert set(files) == {f"study/qwen2.5-coder-1.5b/{p.name}" for p in folder.glob("*.json")}
+    assert set(files) == {str(p.relative_to(RESULTS)) for p in folder.rglob("*.json")}
     seconds = {name: json.loads((RESULTS / name).read_text())["seconds"] for name in files}
     for name, cell in files.items():
         assert shown(seconds[name], cell), (name, cell, seconds[name])
