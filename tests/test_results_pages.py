@@ -285,3 +285,21 @@ def test_full_size_runs_are_tabled_beside_both_encoders(name):
 def test_full_size_runs_total_is_the_sum_of_their_seconds():
     total = sum(whole(json.loads((STUDY / name).read_text())["seconds"]) for name in FULL_RUNS + FULL_BASELINES)
     assert f"| total | {total} ({total / 60:.0f} minutes) |" in full_section()
+
+
+def test_study_qwen_1_5b_time_table_equals_its_json():
+    """The Qwen2.5-Coder-1.5B time table has one row per JSON of its folder, with that file's ``seconds`` field."""
+    page = (RESULTS / "study.md").read_text()
+    (rows,) = [t for t in tables(page) if t[0][0] == "Qwen2.5-Coder-1.5B run (one process)"]
+    files = {}
+    for cells in rows[1:]:
+        if cells[3]:
+            (name,) = re.findall(r"`([^`]+)`", cells[3])
+            files[name] = cells[4]
+    folder = STUDY / "qwen2.5-coder-1.5b"
+    assert set(files) == {str(p.relative_to(RESULTS)) for p in folder.rglob("*.json")}
+    seconds = {name: json.loads((RESULTS / name).read_text())["seconds"] for name in files}
+    for name, cell in files.items():
+        assert shown(seconds[name], cell), (name, cell, seconds[name])
+    (total,) = [cells for cells in rows[1:] if cells[0] == "total"]
+    assert shown(sum(seconds.values()), total[4]), total
