@@ -32,6 +32,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,6 +340,13 @@ class ClassificationTask:
             split = (list(self.train), list(self.validation))
         else:
             split = stats.holdout(list(self.train), [y for _, y in self.train], self.validation_fraction, self.seed)
+            if not split[1]:
+                most = max(Counter(y for _, y in self.train).values(), default=0)
+                raise ValueError(
+                    f"{self.name}: the validation holdout ({self.validation_fraction:g} of each label's training "
+                    f"items, rounded) is empty: {len(self.train)} training items, at most {most} of one label; "
+                    "pass more training items (--cls-train) or a validation split"
+                )
         object.__setattr__(self, "_split", split)
 
     def texts(self, split: str) -> list[str]:

@@ -127,6 +127,14 @@ def test_classification_chooses_on_a_held_out_part_of_train_and_reports_on_test(
     assert task.texts("choose") == [t for t, _ in train] and len(task.texts("report")) == 28
 
 
+def test_classification_refuses_a_training_sample_too_small_to_hold_out_validation_items():
+    train = [(f"item {i}", "abcd"[i // 2]) for i in range(8)]  # two items per label: 0.2 of 2 rounds to 0
+    with pytest.raises(ValueError, match=r"tiny-cls: the validation holdout .* is empty: 8 training items, at most 2"):
+        ClassificationTask("tiny-cls", train, [("test", "a")])
+    ClassificationTask("tiny-cls", train, [("test", "a")], validation=[("v", "a")])  # its own validation split: fine
+    assert len(ClassificationTask("tiny-cls", train * 2, [("test", "a")])._split[1]) == 4  # four of a label: one each
+
+
 def test_run_template_reports_each_familys_choice_on_the_other_split():
     encoder, task = tiny_encoder(), sts_task()
     cands = grid(encoder.depth, ks=[2, 3], k0s=[1])
