@@ -303,3 +303,37 @@ def test_study_qwen_1_5b_time_table_equals_its_json():
         assert shown(seconds[name], cell), (name, cell, seconds[name])
     (total,) = [cells for cells in rows[1:] if cells[0] == "total"]
     assert shown(sum(seconds.values()), total[4]), total
+
+
+def test_study_at_a_glance_rows_are_each_files_choice_and_its_encoders():
+    """Each row of the "At a glance" table is the row of its JSON with the highest choosing score (templates,
+    specs, exits), as reported there, beside the trained encoders' runs on the same items."""
+    page = (RESULTS / "study.md").read_text()
+    section = page[page.index("## At a glance") : page.index("## Plan and budget")]
+    (rows,) = tables(section)
+    assert rows[0][:4] == ["task, reporting split", "model", "chosen configuration", "score [95% CI]"]
+
+    def ci(row: dict) -> str:
+        return f"{row['report']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
+
+    def candidates(payload: dict):
+        if "rows" in payload:  # NER
+            yield from ((None, row) for row in payload["rows"])
+            return
+        for t in payload["templates"]:
+            yield from ((t["template"], row) for row in t["chosen"].values())
+            yield from ((t["template"], row) for rows in t["exits"].values() for row in rows)
+
+    assert len(rows) > 1
+    for task, _, configuration, score, minilm, mpnet, file in rows[1:]:
+        (name,) = re.findall(r"`study/([^`]+)`", file)
+        payload = json.loads((STUDY / name).read_text())
+        template, best = max(candidates(payload), key=lambda c: c[1]["choose"])
+        assert configuration == (f"{template}, `{best['name']}`" if template else f"`{best['name']}`"), task
+        assert score == ci(best), task
+        encoders = study_baselines(Path(name).stem, full_run(Path(name).parent.name))
+        assert set(encoders) == {"all-MiniLM-L6-v2", "all-mpnet-base-v2"}, task
+        for cell, encoder in ((minilm, "all-MiniLM-L6-v2"), (mpnet, "all-mpnet-base-v2")):
+            result = encoders[encoder].get("result") or encoders[encoder]["rows"][0]
+            assert encoders[encoder]["data"] == payload["data"], (task, encoder)
+            assert cell == ci(result), (task, encoder)
