@@ -33,6 +33,7 @@ import io
 import itertools
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -347,6 +348,17 @@ def run_page(page: Path) -> int:
     if bad:
         raise SystemExit(f"{page}:\n  " + "\n  ".join(bad))
     work = Path(tempfile.mkdtemp(prefix="nosink-docs-"))
+    try:
+        code = _run_page_in(page, text, work)
+    except BaseException:
+        print(f"FAILED {page}: its working folder is kept for a look: {work}")
+        raise
+    os.chdir(page.parent)  # out of the folder before removing it
+    shutil.rmtree(work, ignore_errors=True)  # a page's models and caches take up to a gigabyte
+    return code
+
+
+def _run_page_in(page: Path, text: str, work: Path) -> int:
     reason = _prepare(text, work)
     if reason:
         print(f"SKIP {page}: {reason}")
@@ -368,7 +380,7 @@ def run_page(page: Path) -> int:
                     f"{page}: the output shown at line {shown.line} is not what the block at line {block.line} "
                     f"prints.\n--- shown:\n{shown.code}--- printed:\n{printed.getvalue()}"
                 )
-    print(f"OK {page}: {ran} block(s) ran in {work}")
+    print(f"OK {page}: {ran} block(s) ran")
     return 0
 
 
