@@ -33,7 +33,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,11 +42,12 @@ import numpy as np
 
 from nosink import EncoderFromDecoder
 from nosink.evals import stats
-from nosink.layerspec import Plan, SpecError, as_spec, presets
+from nosink.layerspec import Kind, Plan, SpecError, as_spec, presets
 from nosink.layerspec.checks import count_arg, printable
 
 __all__ = [
     "EXIT_FAMILIES",
+    "GRID_FAMILIES",
     "NO_TEMPLATE",
     "Candidate",
     "ClassificationTask",
@@ -61,6 +62,9 @@ __all__ = [
     "choose_by_family",
     "comparisons",
     "comparisons_table",
+    "converted_layers",
+    "curve_comparisons",
+    "curves_table",
     "exit_candidates",
     "exit_families_of",
     "exits_table",
@@ -69,6 +73,7 @@ __all__ = [
     "ner_study",
     "ner_table",
     "overall_choice",
+    "plot_curves",
     "plot_exits",
     "plot_study",
     "results_table",
@@ -87,7 +92,12 @@ NO_TEMPLATE = "instruction"
 """The name of the configuration without a template: mean pooling over the text, the task's instruction before it."""
 
 FAMILIES = ("F*", "INPLACE-BIDIR", "MASK0&BIDIR")
-"""The spec families of the grid, in the order tables show them."""
+"""The spec families of the default grid, in the order tables show them."""
+
+GRID_FAMILIES = ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-FOR", "MASK0-BIDIR", "MASK0-ALL", "MASK0&BIDIR")
+"""The paper's families :func:`grid` can sweep beside ``F*`` (their presets in :mod:`nosink.layerspec.presets`):
+the top k layers bidirectional, backward, forward without the sink, bidirectional without the sink; every
+layer bidirectional without the sink (one spec, ``M0B*``); and ``F* | B*(k-k0) | M0B*k0``."""
 
 
 @dataclass(frozen=True)
@@ -122,24 +132,51 @@ class Candidate:
         return {"family": self.family, "spec": self.spec, "exit_layer": self.exit_layer, "name": self.name}
 
 
-def grid(depth: int, ks: Sequence[int] | None = None, k0s: Sequence[int] = (1, 2, 4)) -> list[Candidate]:
-    """The study's grid: ``F*``, ``F* | B*k`` for each k, and ``F* | B*(k-k0) | M0B*k0`` for each k0 < k.
+def grid(
+    depth: int,
+    ks: Sequence[int] | None = None,
+    k0s: Sequence[int] = (1, 2, 4),
+    families: Sequence[str] = ("INPLACE-BIDIR", "MASK0&BIDIR"),
+) -> list[Candidate]:
+    """The study's grid: ``F*``, then each family of ``families`` at each k (MASK0&BIDIR at each k0 < k).
 
     Args:
         depth: the decoder's number of layers.
         ks: the numbers of converted layers; by default a quarter, half and two thirds of the depth.
-        k0s: the numbers of top layers that also hide the sink.
+        k0s: the numbers of top layers that also hide the sink (MASK0&BIDIR).
+        families: some of :data:`GRID_FAMILIES`, in the order the grid lists them; MASK0-ALL takes no k
+            (one spec, ``M0B*``).
 
     Raises:
-        ValueError: for a k outside 1..depth or a k0 below 1.
+        ValueError: for a k outside 1..depth, a k0 below 1, or a family not in :data:`GRID_FAMILIES`.
+
+    >>> [c.name for c in grid(8, ks=[2], families=["INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])]
+    ['F*', 'F* | R*2', 'F* | M0B*2', 'M0B*']
     """
     ks = sorted({max(1, depth // 4), max(1, depth // 2), max(1, 2 * depth // 3)}) if ks is None else list(ks)
     if any(not 1 <= k <= depth for k in ks) or any(k0 < 1 for k0 in k0s):
         raise ValueError(f"need 1 <= k <= {depth} and k0 >= 1, got ks={ks}, k0s={list(k0s)}")
+    unknown = [f for f in families if f not in GRID_FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; expected some of {list(GRID_FAMILIES)}")
     out = [Candidate("F*", "F*")]
-    out += [Candidate("INPLACE-BIDIR", str(presets.inplace_bidir(k))) for k in ks]
-    out += [Candidate("MASK0&BIDIR", str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
+    for family in dict.fromkeys(families):
+        if family == "MASK0-ALL":
+            out.append(Candidate(family, str(presets.mask0_all())))
+        elif family == "MASK0&BIDIR":
+            out += [Candidate(family, str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
+        else:
+            out += [Candidate(family, str(presets.by_name(family, k=k))) for k in ks]
     return out
+
+
+def converted_layers(spec: str, depth: int) -> int:
+    """How many of ``depth`` layers ``spec`` runs with a mask other than plain forward (the paper's k).
+
+    >>> converted_layers("F* | B*3 | M0B*2", 8), converted_layers("M0B*", 8)
+    (5, 8)
+    """
+    return sum(step.kind != Kind("F") for step in as_spec(spec).resolve(depth).steps)
 
 
 def exit_candidates(candidate: Candidate, depth: int, exits: Sequence[int]) -> list[Candidate]:
@@ -494,8 +531,13 @@ class TemplateResult:
     texts_encoded: int
 
 
-EXIT_FAMILIES = ("F*", "best", "INPLACE-BIDIR", "MASK0&BIDIR")
+EXIT_FAMILIES = ("F*", "best", *GRID_FAMILIES)
 """What ``exit_families`` may name: a family of the grid, or ``"best"`` (see :func:`exit_families_of`)."""
+
+
+def _converted(families: Iterable[str]) -> list[str]:
+    """The converted families among ``families`` (not ``F*``, not the suggestion), in order."""
+    return [f for f in families if f not in ("F*", "SUGGESTED")]
 
 
 def exit_families_of(
@@ -503,7 +545,7 @@ def exit_families_of(
 ) -> list[str]:
     """The families whose chosen spec is tried at the exits: ``families`` with ``"best"`` resolved, in order.
 
-    ``"best"`` is the converted family (INPLACE-BIDIR or MASK0&BIDIR) whose chosen spec scores better on the
+    ``"best"`` is the converted family (any but ``F*`` and ``SUGGESTED``) whose chosen spec scores best on the
     choosing split; a family not in ``chosen`` is left out.
 
     Raises:
@@ -512,7 +554,7 @@ def exit_families_of(
     unknown = [f for f in families if f not in EXIT_FAMILIES]
     if unknown:
         raise ValueError(f"unknown exit families {unknown}; expected some of {list(EXIT_FAMILIES)}")
-    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
+    converted = _converted(chosen)
     best = max(converted, key=lambda f: choose_scores[chosen[f]]) if converted else None
     resolved = (best if f == "best" else f for f in families)
     return [f for f in dict.fromkeys(resolved) if f is not None and f in chosen]
@@ -528,6 +570,7 @@ def run_template(
     exit_families: Sequence[str] = ("F*",),
     batch_size: int = 32,
     restrict: Mapping[str, Candidate] | None = None,
+    report_grid: bool = False,
 ) -> TemplateResult:
     """Choose each family's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
 
@@ -544,6 +587,8 @@ def run_template(
         batch_size: texts per forward pass.
         restrict: skip the grid and take these candidates (family -> candidate) as chosen: for costly
             templates (MetaEOL's eight prompts) scored only at the specs another template chose.
+        report_grid: score every grid candidate on the reporting split too, not only the chosen ones (the
+            families' curves over k, for :func:`curve_comparisons` and :func:`curves_table`).
     """
     cache = EmbeddingCache(encoder, template, task.instruction, batch_size)
     name = template or NO_TEMPLATE
@@ -572,7 +617,7 @@ def run_template(
     every_exit = [c for cs in exit_cands.values() for c in cs]
     if every_exit:
         choose_scores |= score_choose(every_exit)
-    report_cands = list(dict.fromkeys([*chosen_cands.values(), *every_exit]))
+    report_cands = list(dict.fromkeys([*chosen_cands.values(), *every_exit, *(grid_cands if report_grid else [])]))
     cache.vectors(report_cands, task.texts("report"))
     reported = {c: task.report_statistic(embed(c)) for c in report_cands}
 
@@ -584,7 +629,7 @@ def run_template(
     logger.info("%s %s: chosen %s", task.name, name, {f: c.name for f, c in chosen_cands.items()})
     return TemplateResult(
         template=name,
-        grid=[Scored(c, choose_scores[c]) for c in grid_cands + extra],
+        grid=[scored(c) if report_grid else Scored(c, choose_scores[c]) for c in grid_cands + extra],
         chosen={fam: scored(c) for fam, c in chosen_cands.items()},
         exits=exit_rows,
         exit_choice=exit_choice,
@@ -694,24 +739,100 @@ def ner_study(
 # ---------------------------------------------------------------------------------------- comparisons, JSON
 
 
-def comparisons(results: Sequence[TemplateResult], seed: int = 0) -> list[dict[str, Any]]:
+FAMILY_COMPARISONS = (
+    ("MASK0&BIDIR", "INPLACE-BIDIR"),
+    ("MASK0&BIDIR", "F*"),
+    ("INPLACE-BIDIR", "F*"),
+    ("INPLACE-BACK", "INPLACE-BIDIR"),
+    ("INPLACE-BACK", "F*"),
+    ("MASK0-BIDIR", "INPLACE-BIDIR"),
+    ("MASK0-BIDIR", "INPLACE-BACK"),
+    ("MASK0-BIDIR", "MASK0-FOR"),
+    ("MASK0-BIDIR", "F*"),
+    ("MASK0-FOR", "F*"),
+    ("MASK0-ALL", "INPLACE-BIDIR"),
+)
+"""The pairs of chosen families the verdicts compare (A, B), where both ran: MASK0&BIDIR and INPLACE-BIDIR
+(the paper's Finding 5), BACK against BIDIR (Finding 2), MASK0-BIDIR against the others (Finding 3), MASK0-ALL
+against INPLACE-BIDIR (Finding 4), and each against ``F*``."""
+
+
+def _label(family: str) -> str:
+    return family if family == "F*" else family.lower()
+
+
+def family_pairs(families: Iterable[str]) -> list[tuple[str, str, str]]:
+    """``(kind, A, B)`` for the pairs of :data:`FAMILY_COMPARISONS` whose families are both in ``families``.
+
+    >>> [kind for kind, a, b in family_pairs(["F*", "INPLACE-BIDIR", "INPLACE-BACK"])]
+    ['inplace-bidir vs F*', 'inplace-back vs inplace-bidir', 'inplace-back vs F*']
+    """
+    present = set(families)
+    return [(f"{_label(a)} vs {_label(b)}", a, b) for a, b in FAMILY_COMPARISONS if a in present and b in present]
+
+
+def curve_comparisons(
+    candidates: Iterable[Candidate], chosen: Mapping[str, Candidate], depth: int
+) -> list[tuple[str, Candidate, Candidate]]:
+    """``(kind, A, B)`` along the k axis of a grid scored on the reporting split, for the paper's Findings 1, 2, 4.
+
+    - INPLACE-BACK against INPLACE-BIDIR at every k both ran (Finding 2: backward wins when k is small);
+    - each family's chosen spec against the same family with every layer converted, where the grid has
+      ``k = depth`` (Finding 1: keep some layers forward);
+    - MASK0-ALL (``M0B*``) against INPLACE-BIDIR at ``k = depth`` (Finding 4: hiding the first token in
+      every layer behaves like not hiding it).
+
+    Early-exit candidates and MASK0&BIDIR (two parameters) are left out.
+
+    >>> cands = grid(4, ks=[2, 4], families=["INPLACE-BIDIR", "INPLACE-BACK"])
+    >>> for kind, a, b in curve_comparisons(cands, {"INPLACE-BACK": cands[3]}, depth=4):
+    ...     print(f"{kind}: {a.name} - {b.name}")
+    inplace-back vs inplace-bidir at k=2: F* | R*2 - F* | B*2
+    inplace-back vs inplace-bidir at k=4: F* | R*4 - F* | B*4
+    inplace-back chosen vs all layers: F* | R*2 - F* | R*4
+    """
+    at = {
+        (c.family, converted_layers(c.spec, depth)): c
+        for c in candidates
+        if c.exit_layer is None and c.family not in ("F*", "SUGGESTED", "MASK0&BIDIR")
+    }
+    out = [
+        (f"inplace-back vs inplace-bidir at k={k}", c, at["INPLACE-BIDIR", k])
+        for (family, k), c in sorted(at.items(), key=lambda item: item[0][1])
+        if family == "INPLACE-BACK" and ("INPLACE-BIDIR", k) in at
+    ]
+    for family, c in chosen.items():
+        top = at.get((family, depth))
+        if top is not None and top != c and family != "MASK0-ALL":
+            out.append((f"{family.lower()} chosen vs all layers", c, top))
+    if ("MASK0-ALL", depth) in at and ("INPLACE-BIDIR", depth) in at:
+        out.append(("mask0-all vs inplace-bidir at k=n", at["MASK0-ALL", depth], at["INPLACE-BIDIR", depth]))
+    return out
+
+
+def _compared(kind: str, a: str, a_spec: str, b: str, b_spec: str, cmp: stats.Comparison) -> dict[str, Any]:
+    return {
+        "comparison": kind, "a": a, "a_spec": a_spec, "b": b, "b_spec": b_spec, "delta": cmp.delta.estimate,
+        "low": cmp.delta.low, "high": cmp.delta.high, "p_value": cmp.p_value,
+    }  # fmt: skip
+
+
+def comparisons(results: Sequence[TemplateResult], seed: int = 0, depth: int | None = None) -> list[dict[str, Any]]:
     """Paired bootstrap comparisons on the reporting split, for the comparisons the study's verdicts rest on.
 
-    Within each template: MASK0&BIDIR vs INPLACE-BIDIR, each of them vs ``F*``, and the suggestion vs
-    the better of the two families. Across templates: each template with ``F*`` against no template with
-    ``F*`` (the prompt alone), and each template's best family against no template's same family (the
-    prompt on top of the mask); a family's "best" is chosen on the choosing split.
+    Within each template: the chosen families' pairs of :func:`family_pairs`, and the suggestion vs the best
+    converted family. Across templates: each template with ``F*`` against no template with ``F*`` (the prompt
+    alone), and each template's best family against no template's same family (the prompt on top of the mask);
+    a family's "best" is chosen on the choosing split. With ``depth`` and a grid scored on the reporting split
+    (``report_grid``), also :func:`curve_comparisons` within each template.
     """
     by_name = {r.template: r for r in results}
     base = by_name.get(NO_TEMPLATE)
     pairs: list[tuple[str, str, str, str, str]] = []  # (kind, template A, family A, template B, family B)
+    out = []
     for r in results:
         t = r.template
-        pairs += [
-            ("mask0&bidir vs inplace-bidir", t, "MASK0&BIDIR", t, "INPLACE-BIDIR"),
-            ("mask0&bidir vs F*", t, "MASK0&BIDIR", t, "F*"),
-            ("inplace-bidir vs F*", t, "INPLACE-BIDIR", t, "F*"),
-        ]
+        pairs += [(kind, t, a, t, b) for kind, a, b in family_pairs(r.chosen)]
         best = _best_family(r)
         if best is not None:
             pairs.append(("template+mask vs template alone", t, best, t, "F*"))
@@ -721,23 +842,27 @@ def comparisons(results: Sequence[TemplateResult], seed: int = 0) -> list[dict[s
             pairs.append(("template alone vs nothing", t, "F*", NO_TEMPLATE, "F*"))
             if best is not None:
                 pairs.append(("template+mask vs mask alone", t, best, NO_TEMPLATE, best))
-    out = []
     for kind, ta, fa, tb, fb in pairs:
         a, b = by_name[ta].chosen.get(fa), by_name[tb].chosen.get(fb)
         if a is None or b is None or a.report is None or b.report is None:
             continue
         cmp = stats.compare(a.report, b.report, seed=seed)
-        out.append({
-            "comparison": kind, "a": f"{ta} / {fa}", "a_spec": a.candidate.name, "b": f"{tb} / {fb}",
-            "b_spec": b.candidate.name, "delta": cmp.delta.estimate, "low": cmp.delta.low, "high": cmp.delta.high,
-            "p_value": cmp.p_value,
-        })  # fmt: skip
+        out.append(_compared(kind, f"{ta} / {fa}", a.candidate.name, f"{tb} / {fb}", b.candidate.name, cmp))
+    if depth is not None:
+        for r in results:
+            reported = {s.candidate: s.report for s in r.grid if s.report is not None}
+            chosen = {f: s.candidate for f, s in r.chosen.items()}
+            for kind, a, b in curve_comparisons(reported, chosen, depth):
+                cmp = stats.compare(reported[a], reported[b], seed=seed)
+                out.append(
+                    _compared(kind, f"{r.template} / {a.family}", a.name, f"{r.template} / {b.family}", b.name, cmp)
+                )
     return out
 
 
 def _best_family(result: TemplateResult) -> str | None:
-    """The converted family (INPLACE-BIDIR or MASK0&BIDIR) with the better choosing score."""
-    fams = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in result.chosen and result.chosen[f].choose is not None]
+    """The converted family (any but ``F*`` and ``SUGGESTED``) with the best choosing score."""
+    fams = [f for f in _converted(result.chosen) if result.chosen[f].choose is not None]
     return max(fams, key=lambda f: result.chosen[f].choose) if fams else None  # type: ignore[arg-type,return-value]
 
 
@@ -833,6 +958,89 @@ def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, A
             seeds = ", ".join(f"{x:.3f}" for x in row["per_seed"])
             lines.append(f"| {label} | {spec} | {row['choose']:.3f} | {_ci(row)} | {seeds} |")
     return "\n".join(lines)
+
+
+def _curve_rows(payload: Mapping[str, Any], template: str) -> tuple[list[Mapping[str, Any]], set[str]]:
+    """The rows scored on the reporting split at full depth, and the names of the chosen specs, of a study JSON
+    (one template's grid) or a NER study JSON (every candidate)."""
+    if "rows" in payload:
+        rows, chosen = payload["rows"], set(payload["chosen"].values())
+    else:
+        (t,) = [t for t in payload["templates"] if t["template"] == template]
+        rows, chosen = t["grid"], {row["name"] for row in t["chosen"].values()}
+    return [r for r in rows if r.get("report") is not None and r["exit_layer"] is None], chosen
+
+
+def _curves(payload: Mapping[str, Any], template: str) -> tuple[dict[str, dict[int, Mapping[str, Any]]], set[str]]:
+    """family -> k -> row, for the one-parameter families (MASK0&BIDIR and the suggestion left out); ``F*`` at k 0."""
+    rows, chosen = _curve_rows(payload, template)
+    curves: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for row in rows:
+        if row["family"] not in ("MASK0&BIDIR", "SUGGESTED"):
+            curves.setdefault(row["family"], {})[converted_layers(row["spec"], payload["depth"])] = row
+    return curves, chosen
+
+
+def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str:
+    """A Markdown table of the families' curves over k on the reporting split (a study JSON run with
+    ``--report-grid``, or a NER study JSON): one row per k, one column per family, each cell the reported score
+    with its 95% interval, ``(chosen)`` where the family's spec was chosen. The ``k = 0`` row is ``F*``, where
+    every family starts.
+
+    Raises:
+        ValueError: if the payload has no grid scored on the reporting split.
+    """
+    curves, chosen = _curves(payload, template)
+    base = curves.pop("F*", {}).get(0)
+    if not curves:
+        raise ValueError("no grid rows with a reporting score: run the study with --report-grid")
+    families = list(curves)
+    lines = ["| k | " + " | ".join(families) + " |", "|---" * (len(families) + 1) + "|"]
+    if base is not None:
+        lines.append("| 0 (`F*`) | " + " | ".join(_ci(base) for _ in families) + " |")
+    for k in sorted({k for curve in curves.values() for k in curve}):
+        cells = []
+        for family in families:
+            row = curves[family].get(k)
+            cells.append("" if row is None else _ci(row) + (" (chosen)" if row["name"] in chosen else ""))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(
+    payloads: Mapping[str, Mapping[str, Any]], path: str | Path, template: str = NO_TEMPLATE, title: str = ""
+) -> Path:
+    """The families' reported scores against k with their 95% intervals, one panel per payload (a study JSON run
+    with ``--report-grid``, or a NER study JSON); ``F*`` is the dashed line and its band, chosen specs are ringed."""
+    from nosink.evals.plotting import figure, save
+
+    fig, axes = figure(1, len(payloads), figsize=(5.5 * len(payloads), 4), squeeze=False)
+    for ax, (name, payload) in zip(axes[0], payloads.items(), strict=True):
+        curves, chosen = _curves(payload, template)
+        base = curves.pop("F*", {}).get(0)
+        if base is not None:
+            ax.axhline(base["report"], color="grey", linestyle="--", label="F*")
+            ax.axhspan(base["low"], base["high"], color="grey", alpha=0.15)
+        for i, (family, curve) in enumerate(curves.items()):
+            ks = sorted(curve)
+            ys = [curve[k]["report"] for k in ks]
+            err = [
+                [curve[k]["report"] - curve[k]["low"] for k in ks],
+                [curve[k]["high"] - curve[k]["report"] for k in ks],
+            ]
+            shift = (i - (len(curves) - 1) / 2) * 0.12  # the intervals of equal k side by side
+            xs = [k + shift for k in ks]
+            ax.errorbar(xs, ys, yerr=err, marker="o", markersize=3, capsize=2, label=family, color=f"C{i}")
+            picked = [(x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if curve[k]["name"] in chosen]
+            if picked:
+                ax.scatter(*zip(*picked, strict=True), s=90, facecolors="none", edgecolors=f"C{i}", linewidths=1.5)
+        ax.set_xlabel(f"k, converted layers (of {payload['depth']})")
+        ax.set_ylabel(payload["metric"])
+        ax.set_title(name)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return save(fig, path)
 
 
 def plot_study(
@@ -1099,12 +1307,14 @@ def study_task(
     meta: Mapping[str, Any] | None = None,
     batch_size: int = 32,
     exit_families: Sequence[str] = ("F*", "best"),
+    report_grid: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
 
     Templates named in ``restricted`` are scored only at the specs the first template chose (no grid).
     ``exits`` are tried for the chosen specs of ``exit_families`` (by default ``F*`` and the better converted
-    family), for the templates in ``exit_templates``.
+    family), for the templates in ``exit_templates``. ``report_grid`` scores every grid candidate of the templates
+    with a grid on the reporting split too (see :func:`run_template`).
 
     Returns:
         The JSON payload: each template's rows, the overall choice, the paired comparisons, and ``meta``.
@@ -1115,7 +1325,7 @@ def study_task(
     for template in templates:
         restrict = None
         if template in restricted and results:
-            restrict = {f: s.candidate for f, s in results[0].chosen.items() if f in FAMILIES}
+            restrict = {f: s.candidate for f, s in results[0].chosen.items() if f != "SUGGESTED"}
         result = run_template(
             encoder,
             task,
@@ -1126,11 +1336,12 @@ def study_task(
             exit_families=exit_families,
             batch_size=batch_size,
             restrict=restrict,
+            report_grid=report_grid,
         )
         results.append(result)
         payload["templates"] = [template_row(r) for r in results]
         payload["overall_choice"] = overall_choice(results)
-        payload["comparisons"] = comparisons(results)
+        payload["comparisons"] = comparisons(results, depth=encoder.depth if report_grid else None)
         payload["seconds"] = round(sum(r.seconds for r in results), 1)
         _write(path, payload)
         logger.info("%s %s done in %.0f s; wrote %s", task.name, result.template, result.seconds, path)
@@ -1171,20 +1382,21 @@ def _ner_payload(result: NERStudy, candidates: Sequence[Candidate], meta: Mappin
     chosen = choose_by_family(full)
     out: dict[str, Any] = {"task": "CoNLL-2003 NER", "metric": "entity F1 (mean of seeds)", **meta, "rows": rows}
     out["chosen"] = {f: c.name for f, c in chosen.items()}
-    converted = [f for f in ("INPLACE-BIDIR", "MASK0&BIDIR") if f in chosen]
+    converted = _converted(chosen)
+    pairs = [(kind, chosen[a], chosen[b]) for kind, a, b in family_pairs(chosen)]
+    if "SUGGESTED" in chosen and converted:
+        pairs.append(
+            ("suggested vs best swept", chosen["SUGGESTED"], chosen[max(converted, key=lambda f: full[chosen[f]])])
+        )
+    if meta.get("depth"):
+        pairs += curve_comparisons(full, chosen, meta["depth"])
     cmps = []
-    for kind, fa, fb in (
-        ("mask0&bidir vs inplace-bidir", "MASK0&BIDIR", "INPLACE-BIDIR"),
-        ("mask0&bidir vs F*", "MASK0&BIDIR", "F*"),
-        ("inplace-bidir vs F*", "INPLACE-BIDIR", "F*"),
-        ("suggested vs best swept", "SUGGESTED", max(converted, key=lambda f: full[chosen[f]]) if converted else ""),
-    ):
-        if fa in chosen and fb in chosen:
-            cmp = stats.compare(result.report[chosen[fa]], result.report[chosen[fb]])
-            cmps.append({
-                "comparison": kind, "a": chosen[fa].name, "b": chosen[fb].name, "delta": cmp.delta.estimate,
-                "low": cmp.delta.low, "high": cmp.delta.high, "p_value": cmp.p_value,
-            })  # fmt: skip
+    for kind, a, b in pairs:
+        cmp = stats.compare(result.report[a], result.report[b])
+        cmps.append({
+            "comparison": kind, "a": a.name, "b": b.name, "delta": cmp.delta.estimate,
+            "low": cmp.delta.low, "high": cmp.delta.high, "p_value": cmp.p_value,
+        })  # fmt: skip
     out["comparisons"] = cmps
     out["seconds"] = round(result.seconds, 1)
     return out
@@ -1235,6 +1447,12 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
         default=[1, 2, 4],
         help="top layers that also hide the sink (k0 = 0 is F* | B*k, already in the grid)",
     )
+    parser.add_argument("--families", nargs="+", choices=GRID_FAMILIES, default=["INPLACE-BIDIR", "MASK0&BIDIR"],
+                        help="the paper's families to sweep over --ks beside F* (MASK0-ALL is one spec, M0B*; "
+                        "MASK0&BIDIR also sweeps --k0s)")  # fmt: skip
+    parser.add_argument("--report-grid", action="store_true",
+                        help="score every grid spec on the reporting split too, not only each family's chosen one "
+                        "(the families' curves over k, with paired comparisons along k; NER always does)")  # fmt: skip
     parser.add_argument("--exits", type=count_arg(), nargs="*", default=[], help="exit layers to try")
     parser.add_argument("--exit-families", nargs="+", choices=EXIT_FAMILIES, default=["F*", "best"],
                         help="families whose chosen spec is tried at --exits ('best': the converted family that "
@@ -1365,7 +1583,9 @@ def run(args: argparse.Namespace, command: str) -> int:
             _write(out / "ner.json", _ner_payload(result, cands, meta | {"data": _ner_sizes(args)}))
         return 0
     encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
-    candidates = grid(encoder.depth, args.ks, args.k0s)
+    families = list(getattr(args, "families", ["INPLACE-BIDIR", "MASK0&BIDIR"]))
+    report_grid = bool(getattr(args, "report_grid", False))
+    candidates = grid(encoder.depth, args.ks, args.k0s, families)
     suggestion = None
     selections: dict[str, tuple[Candidate, dict[str, Any]]] = {}
     if not args.no_suggestion:
@@ -1382,7 +1602,8 @@ def run(args: argparse.Namespace, command: str) -> int:
     exit_families = list(getattr(args, "exit_families", ["F*", "best"]))
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
-        "exit_families": exit_families, "restricted_templates": args.restricted,
+        "exit_families": exit_families, "restricted_templates": args.restricted, "families": families,
+        "report_grid": report_grid,
     }  # fmt: skip
     for key, task in tasks.items():
         task_suggestion, task_meta = suggestion, meta
@@ -1392,7 +1613,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         study_task(
             encoder, task, out / f"{key}.json", templates, candidates, task_suggestion, args.exits, exit_templates,
             restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
-            exit_families=exit_families,
+            exit_families=exit_families, report_grid=report_grid,
         )  # fmt: skip
     if "ner" in args.tasks:
         train, dev = _conll(data, args.ner_train, args.ner_dev)

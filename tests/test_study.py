@@ -20,6 +20,8 @@ from nosink.evals.study import (
     STSTask,
     choose_by_family,
     comparisons,
+    converted_layers,
+    curves_table,
     exit_candidates,
     exit_families_of,
     grid,
@@ -30,6 +32,7 @@ from nosink.evals.study import (
     mean_over_seeds,
     ner_study,
     overall_choice,
+    plot_curves,
     run_template,
     template_row,
 )
@@ -347,7 +350,7 @@ def test_exit_families_resolve_best_and_keep_the_order():
     only_f = {"F*": chosen["F*"]}
     assert exit_families_of(["F*", "best", "MASK0&BIDIR"], only_f, scores) == ["F*"]  # nothing converted chosen
     with pytest.raises(ValueError, match="unknown exit families"):
-        exit_families_of(["MASK0-BIDIR"], chosen, scores)
+        exit_families_of(["BACK"], chosen, scores)
 
 
 def test_run_template_tries_exits_on_every_named_family():
@@ -376,3 +379,75 @@ def test_the_exit_families_option_is_parsed_and_checked(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--exit-families", "BACK"])
     assert "argument --exit-families: invalid choice: 'BACK'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------- the paper's families
+
+
+def test_grid_sweeps_the_papers_families_in_the_order_given():
+    names = [c.name for c in grid(12, ks=[3, 6], k0s=[1], families=["MASK0-BIDIR", "INPLACE-BACK", "MASK0-ALL"])]
+    assert names == ["F*", "F* | M0B*3", "F* | M0B*6", "F* | R*3", "F* | R*6", "M0B*"]
+    fams = ["INPLACE-BIDIR", "MASK0-FOR", "MASK0&BIDIR"]
+    assert {c.family: c.spec for c in grid(12, ks=[3], k0s=[1], families=fams)} == {
+        "F*": "F*", "INPLACE-BIDIR": "F* | B*3", "MASK0-FOR": "F* | M0F*3", "MASK0&BIDIR": "F* | B*2 | M0B",
+    }  # fmt: skip
+    assert grid(12, ks=[3], k0s=[1]) == grid(12, ks=[3], k0s=[1], families=["INPLACE-BIDIR", "MASK0&BIDIR"])
+    with pytest.raises(ValueError, match=r"unknown families \['BACK'\]"):
+        grid(12, families=["BACK"])
+
+
+def test_converted_layers_counts_every_layer_not_plain_forward():
+    assert [converted_layers(c.spec, 12) for c in grid(12, ks=[3, 12], k0s=[2], families=["INPLACE-BACK"])] == [
+        0, 3, 12,
+    ]  # fmt: skip
+    assert converted_layers("M0B*", 12) == 12 and converted_layers("F* | B*3 | M0B*2", 12) == 5
+    assert converted_layers("F* | M0F*4", 12) == 4  # a forward layer that hides the sink is converted
+
+
+def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_path):
+    encoder, task = tiny_encoder(), sts_task()
+    depth = encoder.depth
+    cands = grid(depth, ks=[2, depth], k0s=[1], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])
+    result = run_template(encoder, task, cands, None, report_grid=True)
+    assert [s.candidate for s in result.grid] == cands and all(s.report is not None for s in result.grid)
+    reported = {s.candidate.name: s.report for s in result.grid}
+    # each grid row's reported number is its spec scored afresh on the reporting split
+    vectors = EmbeddingCache(encoder, None, task.instruction).vectors
+    back = Candidate("INPLACE-BACK", "F* | R*2")
+    assert reported[back.name]() == pytest.approx(
+        task.report_statistic(lambda texts: vectors([back], texts)[back.name])(), abs=1e-6
+    )
+    rows = {r["comparison"]: r for r in comparisons([result], depth=depth)}
+    at = ["inplace-back vs inplace-bidir at k=2", f"inplace-back vs inplace-bidir at k={depth}"]
+    assert set(at) | {
+        "mask0-all vs inplace-bidir at k=n",
+        "mask0-bidir vs inplace-back",
+        "mask0-all vs inplace-bidir",
+    } <= set(rows)
+    assert rows[at[0]]["delta"] == pytest.approx(reported["F* | R*2"]() - reported["F* | B*2"](), abs=1e-9)
+    assert (rows[at[0]]["a_spec"], rows[at[0]]["b_spec"]) == ("F* | R*2", "F* | B*2")
+    assert not any(" at k=" in k for k in (r["comparison"] for r in comparisons([result])))  # no depth, no curves
+    for family, chosen in result.chosen.items():  # Finding 1: the chosen k against every layer converted
+        kind = f"{family.lower()} chosen vs all layers"
+        if (
+            family in ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR")
+            and converted_layers(chosen.candidate.spec, depth) < depth
+        ):
+            assert rows[kind]["b_spec"] == chosen.candidate.spec.rsplit("*", 1)[0] + f"*{depth}"
+        else:
+            assert kind not in rows
+
+    payload = {"depth": depth, "metric": task.metric, "templates": [template_row(result)]}
+    table = curves_table(payload).splitlines()
+    assert table[0] == "| k | INPLACE-BIDIR | INPLACE-BACK | MASK0-BIDIR | MASK0-ALL |"
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| 0 (`F*`)", "| 2", f"| {depth}"]
+    row2 = {s.candidate.name: s.row() for s in result.grid}["F* | R*2"]
+    assert f"{row2['report']:.3f} [{row2['low']:.3f}, {row2['high']:.3f}]" in table[3].split(" | ")[2]
+    assert table[4].split(" | ")[4].startswith(f"{reported['M0B*']():.3f}")  # MASK0-ALL at k = depth only
+    assert table[3].split(" | ")[4].strip(" |") == ""
+    assert "\n".join(table).count("(chosen)") == 4  # one per family (F* is the k = 0 row)
+    assert plot_curves({"tiny": payload}, tmp_path / "curves.png").stat().st_size > 0
+
+    plain = run_template(encoder, task, cands, None)
+    with pytest.raises(ValueError, match="--report-grid"):
+        curves_table({"depth": depth, "metric": task.metric, "templates": [template_row(plain)]})
