@@ -1506,7 +1506,8 @@ def run(args: argparse.Namespace, command: str) -> int:
     Raises:
         FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
             ``stsb/``, whose training sentences the suggestion profiles).
-        ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``.
+        ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``; for an
+            exit layer at or above the model's depth.
     """
     import torch
 
@@ -1583,6 +1584,12 @@ def run(args: argparse.Namespace, command: str) -> int:
             _write(out / "ner.json", _ner_payload(result, cands, meta | {"data": _ner_sizes(args)}))
         return 0
     encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
+    too_deep = sorted({m for m in args.exits if m >= encoder.depth})
+    if too_deep:
+        raise ValueError(
+            f"--exits {' '.join(map(str, too_deep))}: the model has {encoder.depth} layers, so an exit layer is 1 to "
+            f"{encoder.depth - 1} (every spec is scored at full depth anyway); drop or lower those exits"
+        )
     families = list(getattr(args, "families", ["INPLACE-BIDIR", "MASK0&BIDIR"]))
     report_grid = bool(getattr(args, "report_grid", False))
     candidates = grid(encoder.depth, args.ks, args.k0s, families)

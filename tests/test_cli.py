@@ -215,6 +215,48 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     assert results_table(sts) in printed and f"{out / 'ner.json'}" in printed
 
 
+def test_eval_study_sweeps_the_papers_families_with_curves_on_the_reporting_split(saved, tmp_path, capsys):
+    """``--families`` and ``--report-grid``: every family's spec at every k is scored on both splits (STS and NER),
+    with the paired comparisons along k, and the curves table renders from the JSON."""
+    import json
+
+    from nosink.evals.study import curves_table
+
+    _study_data(tmp_path / "data")
+    out = tmp_path / "out"
+    args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(out), "--tasks", "sts", "ner",
+            "--templates", "instruction", "--families", "INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL", "--ks", "2", "4",
+            "--report-grid", "--no-suggestion", "--ner-train", "24", "--ner-dev", "12"]  # fmt: skip
+    assert main(args) == 0
+    sts, ner = json.loads((out / "sts.json").read_text()), json.loads((out / "ner.json").read_text())
+    specs = ["F*", "F* | B*2", "F* | B*4", "F* | R*2", "F* | R*4", "M0B*"]
+    assert sts["families"] == ner["families"] == ["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"]
+    assert sts["grid"] == specs and sts["report_grid"] is True
+    grid_rows = sts["templates"][0]["grid"]
+    assert [r["name"] for r in grid_rows] == specs and all(r["n_report"] == 12 for r in grid_rows)
+    assert [r["name"] for r in ner["rows"]] == specs
+    for payload in (sts, ner):
+        kinds = {c["comparison"] for c in payload["comparisons"]}
+        want = {"inplace-back vs inplace-bidir at k=2", "inplace-back vs inplace-bidir at k=4"}
+        assert (
+            want | {"mask0-all vs inplace-bidir at k=n", "inplace-back vs inplace-bidir", "mask0-all vs inplace-bidir"}
+            <= kinds
+        )
+        table = curves_table(payload)
+        assert table.splitlines()[0] == "| k | INPLACE-BIDIR | INPLACE-BACK | MASK0-ALL |"
+        assert len(table.splitlines()) == 5  # header, rule, F*, k = 2, k = 4
+
+
+def test_eval_study_refuses_an_exit_at_or_above_the_models_depth(saved, tmp_path, capsys):
+    _study_data(tmp_path / "data")
+    args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
+            "--no-suggestion", "--ks", "2", "--exits", "2", "4", "9"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "--exits 4 9: the model has 4 layers, so an exit layer is 1 to 3" in err
+    assert not (tmp_path / "out").exists()  # refused before any encoding
+
+
 def test_eval_study_refuses_missing_data_unknown_tasks_and_templates(saved, tmp_path, capsys, monkeypatch):
     base = ["eval", "study", str(saved), "--out", str(tmp_path / "out")]
     assert main([*base, "--data", str(tmp_path / "nowhere")]) == 1
