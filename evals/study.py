@@ -221,7 +221,8 @@ class EmbeddingCache:
 
     :meth:`vectors` encodes only the texts a candidate has not seen yet, with every candidate that
     lacks any of them in one :meth:`~EncoderFromDecoder.encode_specs` pass (shared layers run once).
-    Embeddings are kept unnormalised; :attr:`seconds` and :attr:`texts_encoded` add up the work done.
+    Embeddings are kept unnormalised; :attr:`seconds` and :attr:`texts_encoded` add up the work done;
+    ``show_progress_bar`` shows a bar for each pass of more than 8 batches.
     ``instruction`` is one instruction for every text, or a function giving each text its own (retrieval:
     queries get the task's, documents none); a template takes none.
     """
@@ -233,9 +234,10 @@ class EmbeddingCache:
         instruction: str | Callable[[str], str | None] | None = None,
         batch_size: int = 32,
         max_length: int = 512,
+        show_progress_bar: bool = False,
     ) -> None:
         self.encoder, self.template, self.instruction = encoder, template, instruction
-        self.batch_size, self.max_length = batch_size, max_length
+        self.batch_size, self.max_length, self.show_progress_bar = batch_size, max_length, show_progress_bar
         self._store: dict[str, dict[str, np.ndarray]] = {}
         self.seconds = 0.0
         self.texts_encoded = 0
@@ -259,7 +261,7 @@ class EmbeddingCache:
                     template=self.template,
                     batch_size=self.batch_size,
                     max_length=self.max_length,
-                    show_progress_bar=False,
+                    show_progress_bar=None if self.show_progress_bar else False,
                 )
                 for c in todo:
                     self._store.setdefault(c.name, {}).update(zip(group, part[c.name], strict=True))
@@ -571,6 +573,7 @@ def run_template(
     batch_size: int = 32,
     restrict: Mapping[str, Candidate] | None = None,
     report_grid: bool = False,
+    show_progress_bar: bool = False,
 ) -> TemplateResult:
     """Choose each family's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
 
@@ -589,8 +592,9 @@ def run_template(
             templates (MetaEOL's eight prompts) scored only at the specs another template chose.
         report_grid: score every grid candidate on the reporting split too, not only the chosen ones (the
             families' curves over k, for :func:`curve_comparisons` and :func:`curves_table`).
+        show_progress_bar: a bar for each encoding pass of more than 8 batches.
     """
-    cache = EmbeddingCache(encoder, template, task.instruction, batch_size)
+    cache = EmbeddingCache(encoder, template, task.instruction, batch_size, show_progress_bar=show_progress_bar)
     name = template or NO_TEMPLATE
 
     def embed(c: Candidate) -> Callable[[Sequence[str]], np.ndarray]:
@@ -681,6 +685,7 @@ def ner_study(
     seeds: Sequence[int] = (0, 1, 2),
     split_seed: int = 0,
     config: Any = None,
+    show_progress_bar: bool = False,
 ) -> NERStudy:
     """Score every candidate's linear NER probe, each trained with every seed, on both halves of ``dev``.
 
@@ -697,6 +702,7 @@ def ner_study(
         seeds: probe seeds (initialisation and batch order).
         split_seed: the seed of the halves.
         config: a :class:`nosink.evals.ner.NERConfig` (its seed is replaced by each of ``seeds``).
+        show_progress_bar: a bar for the feature extraction of each set.
     """
     from dataclasses import replace
 
@@ -709,8 +715,8 @@ def ner_study(
     tags = sorted({t for s in train for t in s.tags})
     index = {t: i for i, t in enumerate(tags)}
     runs = [c.plan(encoder) if isinstance(encoder, EncoderFromDecoder) else c.name for c in candidates]
-    train_feats, train_kept = word_features(encoder, train, runs, config, show_progress_bar=False)
-    dev_feats, dev_kept = word_features(encoder, dev, runs, config, show_progress_bar=False)
+    train_feats, train_kept = word_features(encoder, train, runs, config, show_progress_bar=show_progress_bar)
+    dev_feats, dev_kept = word_features(encoder, dev, runs, config, show_progress_bar=show_progress_bar)
     labels = [
         [index[t] for t, k in zip(s.tags, kept, strict=True) if k] for s, kept in zip(train, train_kept, strict=True)
     ]
@@ -1308,13 +1314,15 @@ def study_task(
     batch_size: int = 32,
     exit_families: Sequence[str] = ("F*", "best"),
     report_grid: bool = False,
+    show_progress_bar: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
 
     Templates named in ``restricted`` are scored only at the specs the first template chose (no grid).
     ``exits`` are tried for the chosen specs of ``exit_families`` (by default ``F*`` and the better converted
     family), for the templates in ``exit_templates``. ``report_grid`` scores every grid candidate of the templates
-    with a grid on the reporting split too (see :func:`run_template`).
+    with a grid on the reporting split too (see :func:`run_template`); ``show_progress_bar`` shows a bar per long
+    encoding pass.
 
     Returns:
         The JSON payload: each template's rows, the overall choice, the paired comparisons, and ``meta``.
@@ -1337,6 +1345,7 @@ def study_task(
             batch_size=batch_size,
             restrict=restrict,
             report_grid=report_grid,
+            show_progress_bar=show_progress_bar,
         )
         results.append(result)
         payload["templates"] = [template_row(r) for r in results]
@@ -1487,6 +1496,8 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("--seed", type=count_arg(0), default=0)
     parser.add_argument("--batch-size", type=count_arg(), default=32, help="texts per forward pass")
     parser.add_argument("--no-suggestion", action="store_true")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bars (by default each long encoding pass shows one on stderr)")  # fmt: skip
     parser.add_argument("--select", type=count_arg(2, zero="no selection stage"), default=0, metavar="N",
                         help="score the sink profile's candidate specs (nosink.evals.sinks.candidate_specs) on N "
                         "choosing pairs (STS) or training items (classification) and report the best as the "
@@ -1592,6 +1603,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         )
     families = list(getattr(args, "families", ["INPLACE-BIDIR", "MASK0&BIDIR"]))
     report_grid = bool(getattr(args, "report_grid", False))
+    progress = bool(getattr(args, "progress", False))
     candidates = grid(encoder.depth, args.ks, args.k0s, families)
     suggestion = None
     selections: dict[str, tuple[Candidate, dict[str, Any]]] = {}
@@ -1620,20 +1632,20 @@ def run(args: argparse.Namespace, command: str) -> int:
         study_task(
             encoder, task, out / f"{key}.json", templates, candidates, task_suggestion, args.exits, exit_templates,
             restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
-            exit_families=exit_families, report_grid=report_grid,
+            exit_families=exit_families, report_grid=report_grid, show_progress_bar=progress,
         )  # fmt: skip
     if "ner" in args.tasks:
         train, dev = _conll(data, args.ner_train, args.ner_dev)
         ner_cands = list(candidates) + ([suggestion] if suggestion is not None else [])
         if "F*" in exit_families:  # F*'s exits share every layer with F*: they come free in the first pass
             ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
-        result = ner_study(encoder, train, dev, ner_cands)
+        result = ner_study(encoder, train, dev, ner_cands, show_progress_bar=progress)
         chosen = choose_by_family({c: result.choose[c] for c in ner_cands if c.exit_layer is None})
         if args.exits:
             families = [f for f in exit_families_of(exit_families, chosen, result.choose) if f != "F*"]
             more = [c for f in families for c in exit_candidates(chosen[f], encoder.depth, args.exits)]
             if more:
-                extra = ner_study(encoder, train, dev, more)
+                extra = ner_study(encoder, train, dev, more, show_progress_bar=progress)
                 for d in ("choose", "report", "per_seed"):
                     getattr(result, d).update(getattr(extra, d))
                 result.seconds += extra.seconds

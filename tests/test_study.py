@@ -451,3 +451,25 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
     plain = run_template(encoder, task, cands, None)
     with pytest.raises(ValueError, match="--report-grid"):
         curves_table({"depth": depth, "metric": task.metric, "templates": [template_row(plain)]})
+
+
+def test_progress_bars_are_shown_on_request_for_long_passes(capsys):
+    encoder, texts = tiny_encoder(), sentences(10)
+    EmbeddingCache(encoder, batch_size=1).vectors([Candidate("F*", "F*")], texts)
+    assert "100%" not in capsys.readouterr().err  # the library's default: no bar
+    EmbeddingCache(encoder, batch_size=1, show_progress_bar=True).vectors([Candidate("F*", "F*")], texts)
+    assert "10/10" in capsys.readouterr().err  # ten batches of one text
+    EmbeddingCache(encoder, batch_size=5, show_progress_bar=True).vectors([Candidate("F*", "F*")], texts)
+    assert "2/2" not in capsys.readouterr().err  # two batches: too short for a bar
+
+
+def test_the_study_command_shows_progress_unless_told_not_to(tmp_path):
+    import argparse
+
+    from nosink.evals.study import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["demo", "--data", str(tmp_path), "--out", str(tmp_path)]
+    assert parser.parse_args(base).progress is True
+    assert parser.parse_args([*base, "--no-progress"]).progress is False
