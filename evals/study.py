@@ -1060,7 +1060,9 @@ def plot_study(
     from nosink.evals.plotting import figure, save
 
     fig, axes = figure(1, len(payloads), figsize=(5.5 * len(payloads), 4), squeeze=False, sharey=True)
-    families = [*FAMILIES, "SUGGESTED"]
+    # every family any panel chose, in the order of first appearance: one colour and slot each across panels
+    families = list(dict.fromkeys(f for p in payloads.values() for t in p["templates"] for f in t["chosen"]))
+    width = min(0.2, 0.8 / max(len(families), 1))
     for ax, (model, payload) in zip(axes[0], payloads.items(), strict=True):
         names = [t["template"] for t in payload["templates"]]
         for j, fam in enumerate(families):
@@ -1068,14 +1070,14 @@ def plot_study(
             for i, t in enumerate(payload["templates"]):
                 row = t["chosen"].get(fam)
                 if row is not None:
-                    xs.append(i + (j - 1.5) * 0.2)
+                    xs.append(i + (j - (len(families) - 1) / 2) * width)
                     ys.append(row["report"])
                     err[0].append(row["report"] - row["low"])
                     err[1].append(row["high"] - row["report"])
             if xs:
-                ax.bar(xs, ys, width=0.2, yerr=err, capsize=2, label=fam)
+                ax.bar(xs, ys, width=width, yerr=err, capsize=2, label=fam, color=f"C{j}")
         for k, (name, base) in enumerate((baselines or {}).items()):
-            ax.axhline(base["result"]["report"], color=f"C{5 + k}", linestyle="--", label=name)
+            ax.axhline(base["result"]["report"], color=f"C{max(5, len(families)) + k}", linestyle="--", label=name)
         ax.set_xticks(range(len(names)), names, rotation=20)
         ax.set_xlim(-0.6, max(len(names), 3) - 0.4)  # bars keep their width when a model has few templates
         ax.set_title(model)

@@ -33,6 +33,7 @@ from nosink.evals.study import (
     ner_study,
     overall_choice,
     plot_curves,
+    plot_study,
     run_template,
     template_row,
 )
@@ -447,6 +448,7 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
     assert table[3].split(" | ")[4].strip(" |") == ""
     assert "\n".join(table).count("(chosen)") == 4  # one per family (F* is the k = 0 row)
     assert plot_curves({"tiny": payload}, tmp_path / "curves.png").stat().st_size > 0
+    assert plot_study({"tiny": payload}, tmp_path / "bars.png").stat().st_size > 0  # five families: five slots
 
     plain = run_template(encoder, task, cands, None)
     with pytest.raises(ValueError, match="--report-grid"):
