@@ -47,6 +47,7 @@ from nosink.layerspec.checks import count_arg, printable
 
 __all__ = [
     "EXIT_FAMILIES",
+    "FAMILY_COMPARISONS",
     "GRID_FAMILIES",
     "NO_TEMPLATE",
     "Candidate",
@@ -67,6 +68,7 @@ __all__ = [
     "curves_table",
     "exit_candidates",
     "exit_families_of",
+    "family_pairs",
     "exits_table",
     "grid",
     "mean_over_seeds",
