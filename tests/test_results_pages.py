@@ -195,7 +195,14 @@ def full_run(folder: str) -> str:
 
 def test_study_tables_are_the_tables_of_its_json():
     """Every table of docs/results/study.md that a study JSON gives is in the page as that JSON renders it."""
-    from nosink.evals.study import comparisons_table, exits_table, ner_table, results_table, selection_table
+    from nosink.evals.study import (
+        comparisons_table,
+        curves_table,
+        exits_table,
+        ner_table,
+        results_table,
+        selection_table,
+    )
 
     page = (RESULTS / "study.md").read_text()
     payloads = [p for p in sorted(STUDY.rglob("*.json")) if "baselines" not in p.relative_to(STUDY).parts]
@@ -205,12 +212,16 @@ def test_study_tables_are_the_tables_of_its_json():
         run = full_run(path.parent.name)  # the full-size runs sit beside their own baselines' runs
         if path.stem == "ner":
             want = [ner_table(payload, study_baselines("ner", run))]
+            if len(payload.get("families", [])) > 2:  # the paper's other families: their curves and comparisons
+                want += [curves_table(payload), comparisons_table(payload)]
         else:
             want = [results_table(payload, study_baselines(path.stem, run)), comparisons_table(payload)]
             if any(t["exits"] for t in payload["templates"]):
                 want.append(exits_table(payload))
             if "candidates" in payload.get("suggestion", {}):  # the selection stage (--select)
                 want.append(selection_table(payload))
+            if payload.get("report_grid"):  # every grid spec reported: the families' curves over k
+                want.append(curves_table(payload))
         for text in want:
             assert text in page, f"{path.relative_to(RESULTS)}: a table is missing or differs from its JSON"
 
