@@ -348,3 +348,38 @@ def test_study_at_a_glance_rows_are_each_files_choice_and_its_encoders():
             result = encoders[encoder].get("result") or encoders[encoder]["rows"][0]
             assert encoders[encoder]["data"] == payload["data"], (task, encoder)
             assert cell == ci(result), (task, encoder)
+
+
+# The MetaEOL runs (STS-B only, one core, each alone) have their own sections: each states the `seconds`
+# field of its JSON and holds its tables; the study's first time table lists them with the runs of the budget.
+METAEOL_RUNS = {
+    "smollm2-135m-metaeol/sts.json": "### SmolLM2-135M with MetaEOL",
+    "gemma-3-270m-metaeol/sts.json": "### gemma-3-270m with MetaEOL",
+}
+
+
+@pytest.mark.parametrize("name", list(METAEOL_RUNS))
+def test_metaeol_runs_state_their_json_seconds_and_tables(name):
+    page = (RESULTS / "study.md").read_text()
+    payload = json.loads((STUDY / name).read_text())
+    assert [t["template"] for t in payload["templates"]] == ["MetaEOL"], name
+    section = page.split(f"\n{METAEOL_RUNS[name]}\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    assert f"**{whole(payload['seconds']):,} s**" in " ".join(section.split()), name
+    for kind in ("results", "comparisons"):
+        assert f"<!-- table: {kind} {name} -->" in section, (name, kind)
+
+
+def test_study_time_table_rows_are_their_json_seconds():
+    """The study's first time table: each row is its file's ``seconds`` (rounded), the total their sum."""
+    page = (RESULTS / "study.md").read_text()
+    plan = page.split("\n## Plan and budget\n", 1)[1].split("\n### ", 1)[0]
+    (rows,) = [t for t in tables(plan) if t[0] == ["file", "seconds"]]
+    files = {}
+    for cells in rows[1:-1]:
+        (name,) = re.findall(r"`(study/[^`]+)`", cells[0])
+        files[name] = int(cells[1])
+    assert set(METAEOL_RUNS) <= {name.removeprefix("study/") for name in files}
+    for name, cell in files.items():
+        assert cell == whole(json.loads((RESULTS / name).read_text())["seconds"]), name
+    total = sum(files.values())
+    assert rows[-1] == ["total", f"{total} ({total / 60:.0f} minutes)"]
