@@ -258,6 +258,10 @@ def test_later_runs_state_their_json_seconds(name):
 # the model's first STS-B run's rows (same pairs, same specs), which is what lets the page read them together.
 TEMPLATE_RUNS = {
     "gemma-3-270m-templates/sts.json": ("gemma-3-270m/sts.json", "### gemma-3-270m with Echo, Pretended CoT"),
+    "qwen2.5-coder-0.5b-templates/sts.json": (
+        "qwen2.5-coder-0.5b/sts.json",
+        "### Qwen2.5-Coder-0.5B with Echo, Pretended CoT",
+    ),
 }
 
 
@@ -272,10 +276,10 @@ def sts_subsection(heading: str) -> str:
 def test_template_runs_state_their_json_seconds(name):
     payload = json.loads((STUDY / name).read_text())
     section = sts_subsection(TEMPLATE_RUNS[name][1])
-    assert f"**{whole(payload['seconds'])} s**" in section, name
+    assert f"**{whole(payload['seconds']):,} s**" in section, name  # as the page writes them: 1,710 s
     for t in payload["templates"]:
         said = "without template" if t["template"] == "instruction" else f"with {t['template']}"
-        assert f"{whole(t['seconds'])} s {said}" in section, (name, t["template"])
+        assert f"{whole(t['seconds']):,} s {said}" in section, (name, t["template"])
     assert f"<!-- table: results {name} -->" in section, name
 
 
