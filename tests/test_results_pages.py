@@ -264,6 +264,49 @@ def test_later_runs_state_their_json_seconds(name):
     assert f"<!-- table: {'ner' if 'ner' in name else 'results'} {name} -->" in section, name
 
 
+# The runs of the other published templates on STS-B (Echo, Pretended CoT, KE at F* and the model's STS-B
+# specs) have a section each under "## STS-B" that states their encoding time; their instruction rows are
+# the model's first STS-B run's rows (same pairs, same specs), which is what lets the page read them together.
+TEMPLATE_RUNS = {
+    "gemma-3-270m-templates/sts.json": ("gemma-3-270m/sts.json", "### gemma-3-270m with Echo, Pretended CoT"),
+    "qwen2.5-coder-0.5b-templates/sts.json": (
+        "qwen2.5-coder-0.5b/sts.json",
+        "### Qwen2.5-Coder-0.5B with Echo, Pretended CoT",
+    ),
+}
+
+
+def sts_subsection(heading: str) -> str:
+    """The text of the STS-B subsection whose heading starts with ``heading``, whitespace collapsed."""
+    page = (RESULTS / "study.md").read_text()
+    task = page.split("\n## STS-B\n", 1)[1].split("\n## ", 1)[0]
+    return " ".join(task.split(f"\n{heading}", 1)[1].split("\n### ", 1)[0].split())
+
+
+@pytest.mark.parametrize("name", list(TEMPLATE_RUNS))
+def test_template_runs_state_their_json_seconds(name):
+    payload = json.loads((STUDY / name).read_text())
+    section = sts_subsection(TEMPLATE_RUNS[name][1])
+    assert f"**{whole(payload['seconds']):,} s**" in section, name  # as the page writes them: 1,710 s
+    for t in payload["templates"]:
+        said = "without template" if t["template"] == "instruction" else f"with {t['template']}"
+        assert f"{whole(t['seconds']):,} s {said}" in section, (name, t["template"])
+    assert f"<!-- table: results {name} -->" in section, name
+
+
+@pytest.mark.parametrize("name", list(TEMPLATE_RUNS))
+def test_template_runs_repeat_the_first_runs_instruction_rows(name):
+    payload = json.loads((STUDY / name).read_text())
+    first = json.loads((STUDY / TEMPLATE_RUNS[name][0]).read_text())
+    assert payload["data"] == first["data"] and payload["seed"] == first["seed"], name
+    (new,) = [t for t in payload["templates"] if t["template"] == "instruction"]
+    (old,) = [t for t in first["templates"] if t["template"] == "instruction"]
+    for family, row in new["chosen"].items():
+        assert row["spec"] == old["chosen"][family]["spec"], (name, family)
+        for key in ("choose", "report", "low", "high"):
+            assert row[key] == pytest.approx(old["chosen"][family][key], abs=1e-6), (name, family, key)
+
+
 # The full-size runs (full STS-B test set, 2,000/2,000 NER sentences) have their own section: a time table
 # row per JSON file (its `seconds`), and each model run is tabled beside both trained encoders' runs on
 # the same data (baselines/<name>/<tag>/, the tag from "-full" on in the run's folder name).
