@@ -1042,6 +1042,7 @@ def plot_curves(
             picked = [(x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if curve[k]["name"] in chosen]
             if picked:
                 ax.scatter(*zip(*picked, strict=True), s=90, facecolors="none", edgecolors=f"C{i}", linewidths=1.5)
+        ax.set_xticks(sorted({k for curve in curves.values() for k in curve}))
         ax.set_xlabel(f"k, converted layers (of {payload['depth']})")
         ax.set_ylabel(payload["metric"])
         ax.set_title(name)
