@@ -307,6 +307,34 @@ def test_template_runs_repeat_the_first_runs_instruction_rows(name):
             assert row[key] == pytest.approx(old["chosen"][family][key], abs=1e-6), (name, family, key)
 
 
+# Qwen2.5-Coder-1.5B past the first grid's edge (k up to 28, exits) has its own STS-B subsection that states its
+# encoding time; its k = 20 specs are the first run's PromptEOL specs on the same pairs, so their choosing scores
+# (and F*'s reported one) must be the first run's: that is what lets the page read the two runs together.
+EDGE_RUN = "qwen2.5-coder-1.5b-edge/sts.json"
+
+
+def test_edge_run_states_its_json_seconds():
+    payload = json.loads((STUDY / EDGE_RUN).read_text())
+    section = sts_subsection("### Qwen2.5-Coder-1.5B past k = 20")
+    assert f"**{whole(payload['seconds']):,} s**" in section
+    for t in payload["templates"]:
+        assert f"{whole(t['seconds']):,} s with {t['template']}" in section, t["template"]
+    assert f"<!-- table: results {EDGE_RUN} -->" in section
+
+
+def test_edge_run_repeats_the_first_runs_k20_rows():
+    payload = json.loads((STUDY / EDGE_RUN).read_text())
+    first = json.loads((STUDY / "qwen2.5-coder-1.5b/sts.json").read_text())
+    assert payload["data"] == first["data"] and payload["seed"] == first["seed"]
+    (new,) = payload["templates"]
+    (old,) = [t for t in first["templates"] if t["template"] == new["template"]]
+    grid = {row["name"]: row["choose"] for row in new["grid"]}
+    for row in old["chosen"].values():
+        assert grid[row["name"]] == pytest.approx(row["choose"], abs=1e-6), row["name"]
+    for key in ("choose", "report", "low", "high"):
+        assert new["chosen"]["F*"][key] == pytest.approx(old["chosen"]["F*"][key], abs=1e-6), key
+
+
 # The full-size runs (full STS-B test set, 2,000/2,000 NER sentences) have their own section: a time table
 # row per JSON file (its `seconds`), and each model run is tabled beside both trained encoders' runs on
 # the same data (baselines/<name>/<tag>/, the tag from "-full" on in the run's folder name).
