@@ -454,3 +454,31 @@ def test_study_time_table_rows_are_their_json_seconds():
         assert cell == whole(json.loads((RESULTS / name).read_text())["seconds"]), name
     total = sum(files.values())
     assert rows[-1] == ["total", f"{total} ({total / 60:.0f} minutes)"]
+
+
+# The paper's Findings 1-4 (five families at every k, --report-grid): each model's section states the seconds
+# of both its JSON files and holds every table the study renders from them (the curves among them).
+FINDINGS = {
+    "### Findings on SmolLM2-135M": ("findings/smollm2-135m/sts.json", "findings/smollm2-135m/ner.json"),
+    "### Findings on gemma-3-270m": ("findings/gemma-3-270m/sts.json", "findings/gemma-3-270m/ner.json"),
+    "### Findings on Qwen2.5-Coder-0.5B": (
+        "findings/qwen2.5-coder-0.5b/sts.json",
+        "findings/qwen2.5-coder-0.5b-ner/ner.json",
+    ),
+}
+
+
+@pytest.mark.parametrize("heading", list(FINDINGS))
+def test_findings_sections_state_their_seconds_and_curves(heading):
+    from nosink.evals.study import curves_table
+
+    page = (RESULTS / "study.md").read_text()
+    start = page.index(heading + "\n")
+    end = min(i for i in (page.find("\n### ", start + 1), page.find("\n## ", start + 1)) if i > 0)
+    section = page[start:end]
+    for name, task in zip(FINDINGS[heading], ("STS-B", "CoNLL-2003 NER"), strict=True):
+        payload = json.loads((STUDY / name).read_text())
+        assert payload["families"] == ["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-FOR", "MASK0-BIDIR", "MASK0-ALL"]
+        assert payload["report_grid"] is True
+        assert f"{task} ({whole(payload['seconds']):,} s)" in section, name
+        assert f"<!-- table: curves {name} -->\n{curves_table(payload)}" in section, name
