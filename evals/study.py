@@ -4,10 +4,11 @@ For one model and one task the study runs, for each template (mean pooling with 
 or a published prompt template of :mod:`nosink.models.templates`):
 
 1. **choose**: every candidate of the grid (``F*``, INPLACE-BIDIR ``F* | B*k``, MASK0&BIDIR
-   ``F* | B*(k-k0) | M0B*k0``) is scored on the choosing split, all specs in one pass per batch (their
-   shared lower layers run once); each family keeps its best spec there;
-2. **report**: the kept specs, the suggestion of :func:`nosink.evals.sinks.suggest_spec`, and early exits
-   (``F*`` and the best family's spec cut after layer m) are scored on the reporting split, as
+   ``F* | B*(k-k0) | M0B*k0`` by default; any of :data:`GRID_FAMILIES`) is scored on the choosing split, all
+   specs in one pass per batch (their shared lower layers run once); each family keeps its best spec there;
+2. **report**: the kept specs (with ``report_grid``, every spec of the grid), the suggestion of
+   :func:`nosink.evals.sinks.suggest_spec`, and early exits (``F*`` and the best family's spec cut after
+   layer m) are scored on the reporting split, as
    :class:`~nosink.evals.stats.Statistic` values, so every reported number gets a bootstrap interval
    and any two of them a paired comparison.
 
@@ -107,7 +108,7 @@ class Candidate:
     """One spec of the study, possibly cut after an exit layer.
 
     Attributes:
-        family: ``F*``, ``INPLACE-BIDIR``, ``MASK0&BIDIR`` or ``SUGGESTED``.
+        family: ``F*``, one of :data:`GRID_FAMILIES`, or ``SUGGESTED``.
         spec: the canonical spec string.
         exit_layer: the decoder cut after this many layers, or ``None`` for all of them.
     """
@@ -173,12 +174,13 @@ def grid(
 
 
 def converted_layers(spec: str, depth: int) -> int:
-    """How many of ``depth`` layers ``spec`` runs with a mask other than plain forward (the paper's k).
+    """How many layer runs of ``spec`` on ``depth`` layers use a mask other than plain forward: the paper's k
+    (for INTER and EXTRA the layers of the converted stream, for EXTEND the layers added on top).
 
-    >>> converted_layers("F* | B*3 | M0B*2", 8), converted_layers("M0B*", 8)
-    (5, 8)
+    >>> converted_layers("F* | B*3 | M0B*2", 8), converted_layers("M0B*", 8), converted_layers("F* | INTER(B*2)", 8)
+    (5, 8, 2)
     """
-    return sum(step.kind != Kind("F") for step in as_spec(spec).resolve(depth).steps)
+    return sum(step.kind != Kind("F") for step in as_spec(spec).resolve(depth).layer_steps)
 
 
 def exit_candidates(candidate: Candidate, depth: int, exits: Sequence[int]) -> list[Candidate]:
@@ -519,7 +521,7 @@ class TemplateResult:
 
     Attributes:
         template: the template's name, or :data:`NO_TEMPLATE`.
-        grid: every grid candidate's choosing score.
+        grid: every grid candidate's choosing score (and its reported statistic, with ``report_grid``).
         chosen: per family (and ``SUGGESTED``), the candidate kept and its reported statistic.
         exits: per family, the early-exit candidates (and the family's full-depth one) with both scores.
         exit_choice: per family, the exit chosen on the choosing split (``None``: all layers).
@@ -762,7 +764,8 @@ FAMILY_COMPARISONS = (
 )
 """The pairs of chosen families the verdicts compare (A, B), where both ran: MASK0&BIDIR and INPLACE-BIDIR
 (the paper's Finding 5), BACK against BIDIR (Finding 2), MASK0-BIDIR against the others (Finding 3), MASK0-ALL
-against INPLACE-BIDIR (Finding 4), and each against ``F*``."""
+against INPLACE-BIDIR's chosen spec, and the k-families against ``F*``. Finding 4 proper, ``M0B*`` against
+``B*`` everywhere, is a :func:`curve_comparisons` pair (it needs ``F* | B*n`` in the grid)."""
 
 
 def _label(family: str) -> str:
@@ -968,19 +971,29 @@ def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, A
     return "\n".join(lines)
 
 
-def _curve_rows(payload: Mapping[str, Any], template: str) -> tuple[list[Mapping[str, Any]], set[str]]:
-    """The rows scored on the reporting split at full depth, and the names of the chosen specs, of a study JSON
-    (one template's grid) or a NER study JSON (every candidate)."""
+def _curve_rows(payload: Mapping[str, Any], template: str) -> tuple[list[Mapping[str, Any]], dict[str, str]]:
+    """The rows scored on the reporting split at full depth, and each family's chosen spec name, of a study JSON
+    (one template's grid) or a NER study JSON (every candidate).
+
+    Raises:
+        ValueError: if the study JSON has no such template.
+    """
     if "rows" in payload:
-        rows, chosen = payload["rows"], set(payload["chosen"].values())
+        rows, chosen = payload["rows"], dict(payload["chosen"])
     else:
-        (t,) = [t for t in payload["templates"] if t["template"] == template]
-        rows, chosen = t["grid"], {row["name"] for row in t["chosen"].values()}
+        found = [t for t in payload["templates"] if t["template"] == template]
+        if not found:
+            have = [t["template"] for t in payload["templates"]]
+            raise ValueError(f"no template {template!r} in this study JSON; it has {have}")
+        rows, chosen = found[0]["grid"], {family: row["name"] for family, row in found[0]["chosen"].items()}
     return [r for r in rows if r.get("report") is not None and r["exit_layer"] is None], chosen
 
 
-def _curves(payload: Mapping[str, Any], template: str) -> tuple[dict[str, dict[int, Mapping[str, Any]]], set[str]]:
-    """family -> k -> row, for the one-parameter families (MASK0&BIDIR and the suggestion left out); ``F*`` at k 0."""
+def _curves(
+    payload: Mapping[str, Any], template: str
+) -> tuple[dict[str, dict[int, Mapping[str, Any]]], dict[str, str]]:
+    """family -> k -> row, for the one-parameter families (MASK0&BIDIR and the suggestion left out); ``F*`` at k 0;
+    and each family's chosen spec name."""
     rows, chosen = _curve_rows(payload, template)
     curves: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
@@ -996,7 +1009,7 @@ def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str
     every family starts.
 
     Raises:
-        ValueError: if the payload has no grid scored on the reporting split.
+        ValueError: if the payload has no grid scored on the reporting split, or no such template.
     """
     curves, chosen = _curves(payload, template)
     base = curves.pop("F*", {}).get(0)
@@ -1010,7 +1023,8 @@ def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str
         cells = []
         for family in families:
             row = curves[family].get(k)
-            cells.append("" if row is None else _ci(row) + (" (chosen)" if row["name"] in chosen else ""))
+            mark = " (chosen)" if row is not None and chosen.get(family) == row["name"] else ""
+            cells.append("" if row is None else _ci(row) + mark)
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1039,7 +1053,9 @@ def plot_curves(
             shift = (i - (len(curves) - 1) / 2) * 0.12  # the intervals of equal k side by side
             xs = [k + shift for k in ks]
             ax.errorbar(xs, ys, yerr=err, marker="o", markersize=3, capsize=2, label=family, color=f"C{i}")
-            picked = [(x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if curve[k]["name"] in chosen]
+            picked = [
+                (x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if chosen.get(family) == curve[k]["name"]
+            ]
             if picked:
                 ax.scatter(*zip(*picked, strict=True), s=90, facecolors="none", edgecolors=f"C{i}", linewidths=1.5)
         ax.set_xticks(sorted({k for curve in curves.values() for k in curve}))
@@ -1470,7 +1486,7 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
     parser.add_argument("--exits", type=count_arg(), nargs="*", default=[], help="exit layers to try")
     parser.add_argument("--exit-families", nargs="+", choices=EXIT_FAMILIES, default=["F*", "best"],
                         help="families whose chosen spec is tried at --exits ('best': the converted family that "
-                        "scores better on the choosing split)")  # fmt: skip
+                        "scores best on the choosing split; the others must be in --families)")  # fmt: skip
     parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
                         help="templates whose chosen specs are tried at --exits")  # fmt: skip
     parser.add_argument(
@@ -1523,7 +1539,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
             ``stsb/``, whose training sentences the suggestion profiles).
         ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``; for an
-            exit layer at or above the model's depth.
+            exit family not in ``--families``; for an exit layer at or above the model's depth.
     """
     import torch
 
@@ -1535,6 +1551,14 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise ValueError(f"--select takes the sample size, at least 2 (0: no selection stage), got {select}")
     if select and args.no_suggestion:
         raise ValueError("--select picks the suggestion: it cannot go with --no-suggestion; drop one of them")
+    families = list(getattr(args, "families", ["INPLACE-BIDIR", "MASK0&BIDIR"]))
+    exit_families = list(getattr(args, "exit_families", ["F*", "best"]))
+    outside = [f for f in exit_families if f not in ("F*", "best", *families)]
+    if outside:
+        raise ValueError(
+            f"--exit-families {' '.join(outside)}: not swept, so never chosen; add them to --families "
+            f"(now {' '.join(families)}) or drop them"
+        )
     data, out = Path(args.data), Path(args.out)
     _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
     model = model_path(args.model) if args.model in MODELS else args.model
@@ -1606,7 +1630,6 @@ def run(args: argparse.Namespace, command: str) -> int:
             f"--exits {' '.join(map(str, too_deep))}: the model has {encoder.depth} layers, so an exit layer is 1 to "
             f"{encoder.depth - 1} (every spec is scored at full depth anyway); drop or lower those exits"
         )
-    families = list(getattr(args, "families", ["INPLACE-BIDIR", "MASK0&BIDIR"]))
     report_grid = bool(getattr(args, "report_grid", False))
     progress = bool(getattr(args, "progress", False))
     candidates = grid(encoder.depth, args.ks, args.k0s, families)
@@ -1623,7 +1646,6 @@ def run(args: argparse.Namespace, command: str) -> int:
             for key, task in tasks.items():
                 chosen, record = selection_for(encoder, profile, task, select, args.seed, args.batch_size)
                 selections[key] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
-    exit_families = list(getattr(args, "exit_families", ["F*", "best"]))
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
         "exit_families": exit_families, "restricted_templates": args.restricted, "families": families,

@@ -247,6 +247,16 @@ def test_eval_study_sweeps_the_papers_families_with_curves_on_the_reporting_spli
         assert len(table.splitlines()) == 5  # header, rule, F*, k = 2, k = 4
 
 
+def test_eval_study_refuses_exit_families_it_does_not_sweep(saved, tmp_path, capsys):
+    _study_data(tmp_path / "data")
+    args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
+            "--no-suggestion", "--ks", "2", "--exits", "2", "--exit-families", "F*", "MASK0-BIDIR"]  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "--exit-families MASK0-BIDIR: not swept, so never chosen; add them to --families" in err
+    assert main([*args, "--families", "INPLACE-BIDIR", "MASK0-BIDIR", "--templates", "instruction"]) == 0
+
+
 def test_eval_study_refuses_an_exit_at_or_above_the_models_depth(saved, tmp_path, capsys):
     _study_data(tmp_path / "data")
     args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),

@@ -453,16 +453,49 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
     plain = run_template(encoder, task, cands, None)
     with pytest.raises(ValueError, match="--report-grid"):
         curves_table({"depth": depth, "metric": task.metric, "templates": [template_row(plain)]})
+    with pytest.raises(ValueError, match=r"no template 'PromptEOL' in this study JSON; it has \['instruction'\]"):
+        curves_table(payload, template="PromptEOL")
+
+
+def test_curves_mark_each_familys_own_choice_only():
+    """A spec chosen by one family (or the suggestion) is not marked in another family's column."""
+    rows = [
+        {"family": "F*", "spec": "F*", "name": "F*", "exit_layer": None, "report": 0.5, "low": 0.4, "high": 0.6},
+        {"family": "INPLACE-BIDIR", "spec": "F* | B*2", "name": "F* | B*2", "exit_layer": None, "report": 0.6,
+         "low": 0.5, "high": 0.7},
+        {"family": "MASK0-BIDIR", "spec": "F* | M0B*2", "name": "F* | M0B*2", "exit_layer": None, "report": 0.7,
+         "low": 0.6, "high": 0.8},
+    ]  # fmt: skip
+    chosen = {"F*": "F*", "INPLACE-BIDIR": "F* | B*2", "MASK0-BIDIR": "F* | M0B*2", "SUGGESTED": "F* | B*2"}
+    table = curves_table({"depth": 4, "rows": rows, "chosen": chosen}).splitlines()
+    assert table[3] == "| 2 | 0.600 [0.500, 0.700] (chosen) | 0.700 [0.600, 0.800] (chosen) |"
+    chosen["MASK0-BIDIR"] = "F* | M0B*4"  # chosen elsewhere: its k = 2 cell loses the mark
+    table = curves_table({"depth": 4, "rows": rows, "chosen": chosen}).splitlines()
+    assert table[3] == "| 2 | 0.600 [0.500, 0.700] (chosen) | 0.700 [0.600, 0.800] |"
+
+
+def test_best_family_may_be_any_converted_family():
+    specs = {"F*": "F*", "INPLACE-BIDIR": "F* | B*2", "INPLACE-BACK": "F* | R*2", "MASK0-ALL": "M0B*"}
+    chosen = {f: Candidate(f, spec) for f, spec in specs.items()}
+    scores = {chosen["F*"]: 0.1, chosen["INPLACE-BIDIR"]: 0.3, chosen["INPLACE-BACK"]: 0.5, chosen["MASK0-ALL"]: 0.2}
+    assert exit_families_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BACK"]
+    encoder, task = tiny_encoder(), sts_task()
+    cands = grid(encoder.depth, ks=[2], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"])
+    result = run_template(encoder, task, cands, None)
+    best = max(("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"), key=lambda f: result.chosen[f].choose)
+    assert template_row(result)["best_family"] == best
+    (row,) = [r for r in comparisons([result]) if r["comparison"] == "template+mask vs template alone"]
+    assert row["a"] == f"instruction / {best}"
 
 
 def test_progress_bars_are_shown_on_request_for_long_passes(capsys):
     encoder, texts = tiny_encoder(), sentences(10)
     EmbeddingCache(encoder, batch_size=1).vectors([Candidate("F*", "F*")], texts)
-    assert "100%" not in capsys.readouterr().err  # the library's default: no bar
+    assert "%|" not in capsys.readouterr().err  # the library's default: no bar
     EmbeddingCache(encoder, batch_size=1, show_progress_bar=True).vectors([Candidate("F*", "F*")], texts)
     assert "10/10" in capsys.readouterr().err  # ten batches of one text
     EmbeddingCache(encoder, batch_size=5, show_progress_bar=True).vectors([Candidate("F*", "F*")], texts)
-    assert "2/2" not in capsys.readouterr().err  # two batches: too short for a bar
+    assert "%|" not in capsys.readouterr().err  # two batches: too short for a bar
 
 
 def test_the_study_command_shows_progress_unless_told_not_to(tmp_path):
