@@ -605,6 +605,21 @@ def _errors(text):
     return [line for line in text.splitlines() if line.strip() and not re.search(r"\| \d+/\d+ \[", line)]
 
 
+def _ctrl_c_as_a_terminal_sends_it():
+    """Run in the child before it starts: SIGINT back to its default, so that Python installs its Ctrl-C
+    handler. A background job of a shell without job control inherits SIGINT ignored, and uvicorn re-raises an
+    ignored SIGINT into nothing (the server then exits 0, not 130)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C raises KeyboardInterrupt during the test, even where pytest was started with SIGINT ignored."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, saved)
+
+
 @pytest.fixture
 def uvicorn_logging():
     """uvicorn configures its loggers for each server it builds (to the stderr of the moment): restore them."""
@@ -658,7 +673,9 @@ def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
     folder = _saved_chat_model(tmp_path / "m")
     port = _free_port()
     cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--no-chat"]
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_a_terminal_sends_it
+    )
     try:
         before = []
         for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
@@ -691,7 +708,7 @@ def test_bind_refuses_a_taken_port_or_a_bad_one():
         assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
 
 
-def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd, monkeypatch, uvicorn_logging):
+def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd, monkeypatch, uvicorn_logging, ctrl_c):
     lm, tok = tiny_chat_model()
     app = create_app(lm, tok, SPEC, name="tiny", chat=False)
     urls = []
