@@ -67,17 +67,22 @@ __all__ = [
     "converted_layers",
     "curve_comparisons",
     "curves_table",
+    "effect",
     "exit_candidates",
     "exit_families_of",
     "family_pairs",
     "exits_table",
     "grid",
+    "interplay",
+    "interplay_counts_table",
+    "interplay_table",
     "mean_over_seeds",
     "ner_study",
     "ner_table",
     "overall_choice",
     "plot_curves",
     "plot_exits",
+    "plot_interplay",
     "plot_study",
     "results_table",
     "run",
@@ -1119,6 +1124,172 @@ def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, titl
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     if title:
         ax.set_title(title)
+    return save(fig, path)
+
+
+# ---------------------------------------------------------------------------------------- masks x templates
+
+
+def effect(comparison: Mapping[str, Any]) -> str:
+    """``"adds"``, ``"costs"`` or ``"ties"``: whether a paired comparison's 95% interval lies above zero, below it,
+    or across it (so the word agrees with the interval the tables print).
+
+    >>> effect({"delta": 0.03, "low": 0.01, "high": 0.05}), effect({"delta": 0.03, "low": -0.004, "high": 0.07})
+    ('adds', 'ties')
+    """
+    return "adds" if comparison["low"] > 0 else "costs" if comparison["high"] < 0 else "ties"
+
+
+def _verdict(mask: Mapping[str, Any], prompt: Mapping[str, Any] | None) -> str:
+    """The rule of :func:`interplay`'s ``verdict``."""
+    if prompt is None:
+        return f"mask {effect(mask)}"
+    if effect(mask) == effect(prompt) == "adds":
+        return "add up"
+    return f"mask {effect(mask)}, template {effect(prompt)}"
+
+
+def interplay(payloads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """How the masks and each prompt template combine, from one model's study JSONs on one task.
+
+    The JSONs must share the model, task, samples and seed; a template in several of them (the no-template one
+    often is) must have the same spec and score for the families they share, and its first JSON is the one read.
+    One entry per template, in order of appearance:
+
+    - ``alone`` and ``with_mask``: the template's ``F*`` row and its best converted family's row (the family
+      chosen on the choosing split);
+    - ``mask``: the comparison of ``with_mask`` against ``alone`` on the reporting split (the mask under the
+      template);
+    - ``prompt``: the comparison of ``with_mask`` against no template's same family (the template on top of the
+      mask); ``None`` for no template itself, and for a template whose JSON has no no-template rows;
+    - ``verdict``, from the two comparisons' 95% intervals (:func:`effect`): ``"add up"`` where each adds to the
+      other, else ``"mask E, template F"`` with E and F each ``adds``, ``ties`` or ``costs`` (``"mask ties,
+      template costs"``); without ``prompt``, ``"mask E"``.
+
+    Raises:
+        ValueError: if no JSON is given, if they differ in model, task, samples or seed, if they give one
+            template different rows, or if a template has no converted family.
+    """
+    if not payloads:
+        raise ValueError("no study JSON given")
+    first = payloads[0]
+    for payload in payloads[1:]:
+        differ = [key for key in ("model", "task", "data", "seed") if payload.get(key) != first.get(key)]
+        if differ:
+            raise ValueError(f"these study JSONs differ in {', '.join(differ)}: give one model's runs on one task")
+    entries: dict[str, dict[str, Any]] = {}
+    chosen: dict[str, Any] = {}
+    for payload in payloads:
+        for t in payload["templates"]:
+            name = t["template"]
+            if name in chosen:
+                for family in set(t["chosen"]) & set(chosen[name]):
+                    a, b = t["chosen"][family], chosen[name][family]
+                    if a["name"] != b["name"] or not np.isclose(a["report"], b["report"], rtol=0, atol=1e-6):
+                        raise ValueError(f"template {name!r} has different {family} rows in two of these JSONs")
+                continue
+            if t["best_family"] is None:
+                raise ValueError(f"template {name!r} has no converted family: nothing to compare with its F*")
+            mine = {c["comparison"]: c for c in payload["comparisons"] if c["a"].split(" / ", 1)[0] == name}
+            mask = mine["template+mask vs template alone"]
+            prompt = mine.get("template+mask vs mask alone")
+            chosen[name] = t["chosen"]
+            entries[name] = {
+                "template": name,
+                "alone": t["chosen"]["F*"],
+                "with_mask": t["chosen"][t["best_family"]],
+                "mask": mask,
+                "prompt": prompt,
+                "verdict": _verdict(mask, prompt),
+            }
+    return list(entries.values())
+
+
+def _delta(c: Mapping[str, Any] | None) -> str:
+    return "-" if c is None else f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], p {c['p_value']:.3f}"
+
+
+def interplay_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """A Markdown table of :func:`interplay` for several models and tasks (``rows``: a label such as
+    ``"SmolLM2-135M, Emotion"`` -> that model's study JSONs on that task): per template, its ``F*`` score, its
+    best converted spec's score, the mask under the template, the template on top of the mask, and the
+    verdict."""
+    lines = [
+        "| model, task | template | template alone (`F*`) | with the mask | mask under template | "
+        "template on top of mask | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, payloads in rows.items():
+        for e in interplay(payloads):
+            with_mask = f"{_ci(e['with_mask'])} {_cell(e['with_mask']['name'])}"
+            lines.append(
+                f"| {label} | {e['template']} | {_ci(e['alone'])} | {with_mask} | {_delta(e['mask'])} | "
+                f"{_delta(e['prompt'])} | {e['verdict']} |"
+            )
+    return "\n".join(lines)
+
+
+def interplay_counts_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """A Markdown table counting, per template over ``rows`` (as :func:`interplay_table`), how often the mask
+    under the template and the template on top of the mask add, tie or cost (:func:`effect`), and how often
+    the two add up."""
+    effects = ("adds", "ties", "costs")
+    counts: dict[str, Counter[str]] = {}
+    for payloads in rows.values():
+        for e in interplay(payloads):
+            c = counts.setdefault(e["template"], Counter())
+            c["rows"] += 1
+            c["mask " + effect(e["mask"])] += 1
+            if e["prompt"] is not None:
+                c["template " + effect(e["prompt"])] += 1
+            c["add up"] += e["verdict"] == "add up"
+    columns = ["rows", *(f"mask {x}" for x in effects), *(f"template {x}" for x in effects), "add up"]
+    lines = ["| template | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for template, c in counts.items():
+        lines.append(f"| {template} | " + " | ".join(str(c[col]) for col in columns) + " |")
+    return "\n".join(lines)
+
+
+def plot_interplay(rows: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path:
+    """Two heatmaps over ``rows`` (as :func:`interplay_table`) x templates: the mask under each template, and
+    the template on top of the mask, as paired differences on the reporting split; a star marks a difference
+    whose 95% interval is clear of zero, an empty cell a pair that was not run."""
+    from nosink.evals.plotting import figure, save
+
+    found = {label: {e["template"]: e for e in interplay(payloads)} for label, payloads in rows.items()}
+    templates = list(dict.fromkeys(t for entries in found.values() for t in entries))
+    panels = {
+        "the mask under the template": ("mask", templates),
+        "the template on top of the mask": ("prompt", [t for t in templates if t != NO_TEMPLATE]),
+    }
+    cells, marks = {}, {}
+    for name, (key, columns) in panels.items():
+        cells[name] = np.full((len(rows), len(columns)), np.nan)
+        for i, entries in enumerate(found.values()):
+            for j, template in enumerate(columns):
+                c = entries.get(template, {}).get(key)
+                if c is not None:
+                    cells[name][i, j] = c["delta"]
+                    marks[name, i, j] = f"{c['delta']:+.3f}" + ("" if effect(c) == "ties" else "*")
+    finite = [np.abs(v[np.isfinite(v)]) for v in cells.values()]
+    bound = max((float(v.max()) for v in finite if v.size), default=1.0)  # one colour scale for both panels
+    widths = [max(len(columns), 1) for _, columns in panels.values()]
+    fig, axes = figure(
+        1, 2, figsize=(3.5 + 1.05 * sum(widths), 1.6 + 0.32 * len(rows)), squeeze=False,
+        gridspec_kw={"width_ratios": widths},
+    )  # fmt: skip
+    for ax, (name, (_, columns)) in zip(axes[0], panels.items(), strict=True):
+        image = ax.imshow(np.ma.masked_invalid(cells[name]), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+        for (panel, i, j), text in marks.items():
+            if panel == name:  # white on the dark ends of the scale
+                dark = abs(cells[name][i, j]) > 0.6 * bound
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
+        ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        ax.set_yticks(range(len(rows)), list(rows) if ax is axes[0][0] else [])
+        ax.set_title(f"{name}\n(A - B; *: 95% interval clear of 0)", fontsize=9)
+    fig.colorbar(image, ax=axes[0][-1], shrink=0.8)
+    if title:
+        fig.suptitle(title)
     return save(fig, path)
 
 

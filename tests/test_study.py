@@ -22,9 +22,13 @@ from nosink.evals.study import (
     comparisons,
     converted_layers,
     curves_table,
+    effect,
     exit_candidates,
     exit_families_of,
     grid,
+    interplay,
+    interplay_counts_table,
+    interplay_table,
     load_classification,
     load_retrieval,
     load_sts,
@@ -33,6 +37,7 @@ from nosink.evals.study import (
     ner_study,
     overall_choice,
     plot_curves,
+    plot_interplay,
     plot_study,
     run_template,
     template_row,
@@ -508,3 +513,93 @@ def test_the_study_command_shows_progress_unless_told_not_to(tmp_path):
     base = ["demo", "--data", str(tmp_path), "--out", str(tmp_path)]
     assert parser.parse_args(base).progress is True
     assert parser.parse_args([*base, "--no-progress"]).progress is False
+
+
+def study_payload(results, **meta):
+    """A study JSON as the driver writes it (the keys the renderers read), for one model on one task."""
+    payload = {"model": "tiny", "task": "tiny-sts", "data": {"n": 12}, "seed": 0, **meta}
+    return payload | {"templates": [template_row(r) for r in results], "comparisons": comparisons(results)}
+
+
+def test_interplay_reads_the_mask_and_the_template_from_each_runs_comparisons(tmp_path):
+    encoder, task = tiny_encoder(), sts_task()
+    base = run_template(encoder, task, grid(encoder.depth, ks=[2], k0s=[1]), None)
+    keep = {f: s.candidate for f, s in base.chosen.items()}
+    prompt, echo = (run_template(encoder, task, [], t, restrict=keep) for t in ("PromptEOL", "Echo"))
+    first, second, alone = study_payload([base, prompt]), study_payload([base, echo]), study_payload([echo])
+    entries = interplay([first, second])  # the no-template rows are in both runs: read once
+    assert [e["template"] for e in entries] == [NO_TEMPLATE, "PromptEOL", "Echo"]
+    reported = {(r.template, f): s.report() for r in (base, prompt, echo) for f, s in r.chosen.items()}
+    for e, r in zip(entries, (base, prompt, echo), strict=True):
+        best = r.chosen[template_row(r)["best_family"]]
+        assert e["alone"]["report"] == pytest.approx(reported[r.template, "F*"])
+        assert e["with_mask"]["name"] == best.candidate.name
+        assert e["mask"]["delta"] == pytest.approx(best.report() - r.chosen["F*"].report(), abs=1e-9)
+        if r is base:
+            assert e["prompt"] is None and e["verdict"] == f"mask {effect(e['mask'])}"
+        else:
+            on_top = best.report() - reported[NO_TEMPLATE, best.candidate.family]
+            assert e["prompt"]["delta"] == pytest.approx(on_top, abs=1e-9)
+            words = (effect(e["mask"]), effect(e["prompt"]))
+            assert e["verdict"] == ("add up" if words == ("adds", "adds") else "mask {}, template {}".format(*words))
+    (echo_alone,) = interplay([alone])  # a template run without the no-template rows: no "on top" comparison
+    assert echo_alone["prompt"] is None and echo_alone["mask"] == entries[2]["mask"]
+
+    rows = {"tiny, STS": [first, second], "tiny again, STS": [alone]}
+    table = interplay_table(rows).splitlines()
+    assert len(table) == 2 + 4 and table[3].startswith("| tiny, STS | PromptEOL | ")
+    e = entries[1]
+    assert f"{e['alone']['report']:.3f} [{e['alone']['low']:.3f}, {e['alone']['high']:.3f}]" in table[3]
+    assert f"{e['mask']['delta']:+.3f} [{e['mask']['low']:+.3f}, {e['mask']['high']:+.3f}]" in table[3]
+    assert table[3].endswith(f"| {e['verdict']} |") and table[-1].endswith(" | - | " + echo_alone["verdict"] + " |")
+    counts = {
+        line.split(" | ")[0][2:]: line.strip("| ").split(" | ")[1:]
+        for line in interplay_counts_table(rows).splitlines()[2:]
+    }
+    assert counts["Echo"][0] == "2" and sum(map(int, counts["Echo"][1:4])) == 2  # two rows, each mask word once
+    assert sum(map(int, counts["Echo"][4:7])) == 1  # "on top" only where the no-template rows were run
+    assert plot_interplay(rows, tmp_path / "interplay.png").stat().st_size > 0
+
+
+def test_interplay_refuses_runs_that_cannot_be_read_together():
+    encoder, task = tiny_encoder(), sts_task()
+    base = run_template(encoder, task, grid(encoder.depth, ks=[2], k0s=[1]), None)
+    payload = study_payload([base])
+    with pytest.raises(ValueError, match="no study JSON given"):
+        interplay([])
+    with pytest.raises(ValueError, match="differ in data, seed"):
+        interplay([payload, payload | {"data": {"n": 99}, "seed": 1}])
+    changed = json.loads(json.dumps(payload))
+    changed["templates"][0]["chosen"]["F*"]["report"] += 0.01
+    with pytest.raises(ValueError, match="'instruction' has different F\\* rows"):
+        interplay([payload, changed])
+    only_f = run_template(encoder, task, [], "PromptEOL", restrict={"F*": Candidate("F*", "F*")})
+    with pytest.raises(ValueError, match="'PromptEOL' has no converted family"):
+        interplay([study_payload([only_f])])
+
+
+@pytest.mark.parametrize(
+    ("mask", "prompt", "verdict"),
+    [
+        ((0.01, 0.05), (0.02, 0.04), "add up"),
+        ((0.01, 0.05), (-0.01, 0.04), "mask adds, template ties"),
+        ((-0.01, 0.05), (-0.09, -0.04), "mask ties, template costs"),
+        ((-0.05, -0.01), None, "mask costs"),
+    ],
+)
+def test_interplay_verdicts_follow_the_intervals(mask, prompt, verdict):
+    row = {"family": "F*", "spec": "F*", "name": "F*", "choose": 0.5, "report": 0.5, "low": 0.4, "high": 0.6}
+    converted = row | {"family": "INPLACE-BIDIR", "spec": "F* | B*2", "name": "F* | B*2"}
+    chosen = {"F*": row, "INPLACE-BIDIR": converted}
+    templates = [{"template": t, "chosen": chosen, "best_family": "INPLACE-BIDIR"} for t in (NO_TEMPLATE, "T")]
+
+    def compared(kind, template, interval):
+        return {"comparison": kind, "a": f"{template} / INPLACE-BIDIR", "delta": sum(interval) / 2,
+                "low": interval[0], "high": interval[1], "p_value": 0.5}  # fmt: skip
+
+    found = [compared("template+mask vs template alone", t, (0.01, 0.02)) for t in (NO_TEMPLATE,)]
+    found.append(compared("template+mask vs template alone", "T", mask))
+    if prompt is not None:
+        found.append(compared("template+mask vs mask alone", "T", prompt))
+    payload = {"model": "m", "task": "t", "data": {}, "seed": 0, "templates": templates, "comparisons": found}
+    assert interplay([payload])[1]["verdict"] == verdict
