@@ -961,13 +961,15 @@ def exits_table(payload: Mapping[str, Any]) -> str:
 
 
 def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """A Markdown table of a NER study JSON: every candidate's choosing-half and reporting-half F1 (mean of seeds)."""
-    chosen = set(payload["chosen"].values())
+    """A Markdown table of a NER study JSON: every candidate's choosing-half and reporting-half F1 (mean of seeds),
+    ``(chosen)`` on each family's own choice (a suggestion that is also a swept spec marks its own row only)."""
+    chosen = payload["chosen"]
     lines = ["| family | spec | choose half | report half [95% CI] | per seed |", "|---|---|---|---|---|"]
     for name, base in [(None, payload), *((baselines or {}).items())]:
         for row in base["rows"]:
             label = name or row["family"]
-            spec = _cell(row["name"]) + (" (chosen)" if name is None and row["name"] in chosen else "")
+            mine = name is None and chosen.get(row["family"]) == row["name"]
+            spec = _cell(row["name"]) + (" (chosen)" if mine else "")
             seeds = ", ".join(f"{x:.3f}" for x in row["per_seed"])
             lines.append(f"| {label} | {spec} | {row['choose']:.3f} | {_ci(row)} | {seeds} |")
     return "\n".join(lines)

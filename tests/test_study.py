@@ -603,3 +603,21 @@ def test_interplay_verdicts_follow_the_intervals(mask, prompt, verdict):
         found.append(compared("template+mask vs mask alone", "T", prompt))
     payload = {"model": "m", "task": "t", "data": {}, "seed": 0, "templates": templates, "comparisons": found}
     assert interplay([payload])[1]["verdict"] == verdict
+
+
+def test_ner_table_marks_each_familys_own_choice_only():
+    """A suggestion equal to a swept spec that its family did not choose is marked in its own row only."""
+    from nosink.evals.study import ner_table
+
+    def row(family, name, report):
+        return {"family": family, "name": name, "choose": report, "report": report, "low": report - 0.1,
+                "high": report + 0.1, "per_seed": [report]}  # fmt: skip
+
+    rows = [row("F*", "F*", 0.4), row("MASK0&BIDIR", "F* | B | M0B", 0.5), row("MASK0&BIDIR", "F* | M0B*2", 0.6)]
+    rows.append(row("SUGGESTED", "F* | B | M0B", 0.5))
+    chosen = {"F*": "F*", "MASK0&BIDIR": "F* | M0B*2", "SUGGESTED": "F* | B | M0B"}
+    marked = [
+        line.split(" | ")[0] for line in ner_table({"rows": rows, "chosen": chosen}).splitlines() if "(chosen)" in line
+    ]
+    assert marked == ["| F*", "| MASK0&BIDIR", "| SUGGESTED"]
+    assert "`F* \\| B \\| M0B` |" in ner_table({"rows": rows, "chosen": chosen}).splitlines()[3]
