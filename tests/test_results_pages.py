@@ -483,3 +483,35 @@ def test_findings_sections_state_their_seconds_and_curves(heading):
         assert payload["report_grid"] is True
         assert f"{task} ({whole(payload['seconds']):,} s)" in section, name
         assert f"<!-- table: curves {name} -->\n{curves_table(payload)}" in section, name
+
+
+# The midpoint rule scored on NER (run later): each run repeats its model's first NER run (the rows they share are
+# the same numbers), and the verdict table's differences are the runs' "suggested vs best swept" comparisons.
+MIDPOINT_NER = {
+    "SmolLM2-135M": ("suggestion-mid/smollm2-135m/ner.json", "smollm2-135m/ner.json"),
+    "Qwen2.5-Coder-0.5B": ("suggestion-mid/qwen2.5-coder-0.5b/ner.json", "qwen2.5-coder-0.5b/ner.json"),
+    "gemma-3-270m": ("suggestion-mid/gemma-3-270m/ner.json", "gemma-3-270m/ner.json"),
+}
+
+
+@pytest.mark.parametrize("model", list(MIDPOINT_NER))
+def test_midpoint_ner_runs_repeat_the_first_runs_and_their_verdict_rows(model):
+    name, first_name = MIDPOINT_NER[model]
+    payload, first = (json.loads((STUDY / n).read_text()) for n in (name, first_name))
+    assert payload["data"] == first["data"] and payload["seed"] == first["seed"]
+    old = {(r["name"], r["exit_layer"]): r for r in first["rows"]}
+    shared = [r for r in payload["rows"] if (r["name"], r["exit_layer"]) in old and r["family"] != "SUGGESTED"]
+    assert len(shared) >= 3, name
+    for row in shared:
+        for key in ("choose", "report", "low", "high"):
+            assert row[key] == pytest.approx(old[row["name"], row["exit_layer"]][key], abs=1e-9), (name, row["name"])
+    page = (RESULTS / "study.md").read_text()
+    section = page.split("\n### CoNLL-2003 NER (run later): the midpoint rule on the three models\n", 1)[1]
+    (rows,) = [t for t in tables(section.split("\n## ", 1)[0]) if t[0][0] == "model" and "within 1 point" in t[0]]
+    (cells,) = [r for r in rows if r[0] == model]
+    (c,) = [c for c in payload["comparisons"] if c["comparison"] == "suggested vs best swept"]
+    assert cells[1].startswith(f"`{payload['suggestion']['spec']}`")
+    (suggested,) = [r for r in payload["rows"] if r["family"] == "SUGGESTED"]
+    assert cells[2] == f"{suggested['report']:.3f} [{suggested['low']:.3f}, {suggested['high']:.3f}]"
+    assert cells[4] == f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+    assert cells[5] == ("yes" if c["delta"] >= -0.01 else "no")
