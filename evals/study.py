@@ -1155,22 +1155,25 @@ def interplay(payloads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """How the masks and each prompt template combine, from one model's study JSONs on one task.
 
     The JSONs must share the model, task, samples and seed; a template in several of them (the no-template one
-    often is) must have the same spec and score for the families they share, and its first JSON is the one read.
-    One entry per template, in order of appearance:
+    often is) must choose the same best family and have the same spec and score for the families they share;
+    of its copies, the first with the no-template rows beside it is read (else the first). One entry per
+    template, in order of appearance:
 
     - ``alone`` and ``with_mask``: the template's ``F*`` row and its best converted family's row (the family
       chosen on the choosing split);
     - ``mask``: the comparison of ``with_mask`` against ``alone`` on the reporting split (the mask under the
       template);
     - ``prompt``: the comparison of ``with_mask`` against no template's same family (the template on top of the
-      mask); ``None`` for no template itself, and for a template whose JSON has no no-template rows;
+      mask); ``None`` for no template itself, and for a template run in a JSON without the no-template rows
+      (the pair needs both in one run);
     - ``verdict``, from the two comparisons' 95% intervals (:func:`effect`): ``"add up"`` where each adds to the
       other, else ``"mask E, template F"`` with E and F each ``adds``, ``ties`` or ``costs`` (``"mask ties,
       template costs"``); without ``prompt``, ``"mask E"``.
 
     Raises:
-        ValueError: if no JSON is given, if they differ in model, task, samples or seed, if they give one
-            template different rows, or if a template has no converted family.
+        ValueError: if no JSON is given, if one is not a study JSON with templates, if they differ in model,
+            task, samples or seed, if they give one template different choices or rows, or if a template has
+            no ``F*``, no converted family or no comparison of the two.
     """
     if not payloads:
         raise ValueError("no study JSON given")
@@ -1179,32 +1182,61 @@ def interplay(payloads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         differ = [key for key in ("model", "task", "data", "seed") if payload.get(key) != first.get(key)]
         if differ:
             raise ValueError(f"these study JSONs differ in {', '.join(differ)}: give one model's runs on one task")
-    entries: dict[str, dict[str, Any]] = {}
-    chosen: dict[str, Any] = {}
-    for payload in payloads:
+    copies: dict[str, list[tuple[int, Mapping[str, Any]]]] = {}
+    for i, payload in enumerate(payloads):
+        if "templates" not in payload:
+            raise ValueError(f"JSON {i} is not a study JSON with templates (a NER study JSON has none)")
         for t in payload["templates"]:
-            name = t["template"]
-            if name in chosen:
-                for family in set(t["chosen"]) & set(chosen[name]):
-                    a, b = t["chosen"][family], chosen[name][family]
-                    if a["name"] != b["name"] or not np.isclose(a["report"], b["report"], rtol=0, atol=1e-6):
-                        raise ValueError(f"template {name!r} has different {family} rows in two of these JSONs")
-                continue
-            if t["best_family"] is None:
-                raise ValueError(f"template {name!r} has no converted family: nothing to compare with its F*")
-            mine = {c["comparison"]: c for c in payload["comparisons"] if c["a"].split(" / ", 1)[0] == name}
-            mask = mine["template+mask vs template alone"]
-            prompt = mine.get("template+mask vs mask alone")
-            chosen[name] = t["chosen"]
-            entries[name] = {
-                "template": name,
-                "alone": t["chosen"]["F*"],
-                "with_mask": t["chosen"][t["best_family"]],
-                "mask": mask,
-                "prompt": prompt,
-                "verdict": _verdict(mask, prompt),
-            }
-    return list(entries.values())
+            copies.setdefault(t["template"], []).append((i, t))
+    entries = []
+    for name, found in copies.items():
+        for other in found[1:]:
+            _same_rows(name, found[0], other)
+        read = [_template_entry(i, payloads[i], t) for i, t in found]
+        # a copy with the no-template rows beside it has the "on top" comparison: it is the one read
+        entries.append(next((e for e in read if e["prompt"] is not None), read[0]))
+    return entries
+
+
+def _same_rows(name: str, a: tuple[int, Mapping[str, Any]], b: tuple[int, Mapping[str, Any]]) -> None:
+    """Refuse two copies of one template (JSON index, template row) that choose differently or score differently."""
+    (i, t), (j, other) = a, b
+    if t["best_family"] != other["best_family"]:
+        raise ValueError(
+            f"template {name!r}: JSON {i} chose {t['best_family']} as its best family and JSON {j} "
+            f"{other['best_family']}; read runs of one grid together"
+        )
+    for family in sorted(set(t["chosen"]) & set(other["chosen"])):
+        x, y = t["chosen"][family], other["chosen"][family]
+        if x["name"] != y["name"] or not np.isclose(x["report"], y["report"], rtol=0, atol=1e-6):
+            raise ValueError(
+                f"template {name!r}, family {family}: JSON {i} has {x['name']!r} reporting {x['report']:.6f}, "
+                f"JSON {j} {y['name']!r} reporting {y['report']:.6f}; runs that differ there (another grid, "
+                "sample or thread count) cannot be read together"
+            )
+
+
+def _template_entry(i: int, payload: Mapping[str, Any], t: Mapping[str, Any]) -> dict[str, Any]:
+    """One template's :func:`interplay` entry from JSON ``i``'s rows and comparisons."""
+    name, best = t["template"], t["best_family"]
+    if best is None or "F*" not in t["chosen"]:
+        raise ValueError(f"template {name!r} in JSON {i} needs F* and a converted family; it has {list(t['chosen'])}")
+    compared = {(c["comparison"], c["a"], c["b"]): c for c in payload["comparisons"]}
+    mask = compared.get(("template+mask vs template alone", f"{name} / {best}", f"{name} / F*"))
+    if mask is None:
+        raise ValueError(
+            f"template {name!r} in JSON {i} has no 'template+mask vs template alone' comparison: a row without "
+            "a reporting score? rerun the study"
+        )
+    prompt = compared.get(("template+mask vs mask alone", f"{name} / {best}", f"{NO_TEMPLATE} / {best}"))
+    return {
+        "template": name,
+        "alone": t["chosen"]["F*"],
+        "with_mask": t["chosen"][best],
+        "mask": mask,
+        "prompt": prompt,
+        "verdict": _verdict(mask, prompt),
+    }
 
 
 def _delta(c: Mapping[str, Any] | None) -> str:
@@ -1233,8 +1265,9 @@ def interplay_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
 
 def interplay_counts_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """A Markdown table counting, per template over ``rows`` (as :func:`interplay_table`), how often the mask
-    under the template and the template on top of the mask add, tie or cost (:func:`effect`), and how often
-    the two add up."""
+    under the template and the template on top of the mask add, tie or cost (:func:`effect`), how often the two
+    add up, and how often the template had no "on top" pair (run without the no-template rows); ``-`` where a
+    column does not apply (no template has nothing on top of the mask)."""
     effects = ("adds", "ties", "costs")
     counts: dict[str, Counter[str]] = {}
     for payloads in rows.values():
@@ -1242,56 +1275,75 @@ def interplay_counts_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> s
             c = counts.setdefault(e["template"], Counter())
             c["rows"] += 1
             c["mask " + effect(e["mask"])] += 1
-            if e["prompt"] is not None:
+            if e["prompt"] is None:
+                c["no pair"] += 1
+            else:
                 c["template " + effect(e["prompt"])] += 1
-            c["add up"] += e["verdict"] == "add up"
-    columns = ["rows", *(f"mask {x}" for x in effects), *(f"template {x}" for x in effects), "add up"]
+                c["add up"] += e["verdict"] == "add up"
+    paired = [*(f"template {x}" for x in effects), "add up", "no pair"]
+    columns = ["rows", *(f"mask {x}" for x in effects), *paired]
     lines = ["| template | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for template, c in counts.items():
-        lines.append(f"| {template} | " + " | ".join(str(c[col]) for col in columns) + " |")
+        cells = ["-" if template == NO_TEMPLATE and col in paired else str(c[col]) for col in columns]
+        lines.append(f"| {template} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot_interplay(rows: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path:
     """Two heatmaps over ``rows`` (as :func:`interplay_table`) x templates: the mask under each template, and
-    the template on top of the mask, as paired differences on the reporting split; a star marks a difference
-    whose 95% interval is clear of zero, an empty cell a pair that was not run."""
+    the template on top of the mask, as paired differences on the reporting split, on one colour scale; a star
+    marks a difference whose 95% interval is clear of zero, a grey cell a pair that was not run (a template
+    with no pair anywhere has no column).
+
+    Raises:
+        ValueError: for no rows.
+    """
+    import matplotlib
+
     from nosink.evals.plotting import figure, save
 
+    if not rows:
+        raise ValueError("no rows to plot: give at least one model and task's study JSONs")
     found = {label: {e["template"]: e for e in interplay(payloads)} for label, payloads in rows.items()}
     templates = list(dict.fromkeys(t for entries in found.values() for t in entries))
     panels = {
-        "the mask under the template": ("mask", templates),
-        "the template on top of the mask": ("prompt", [t for t in templates if t != NO_TEMPLATE]),
+        "the mask under the template:\n(template, best converted spec) - (template, F*)": "mask",
+        "the template on top of the mask:\n(template, spec) - (no template, same spec)": "prompt",
     }
-    cells, marks = {}, {}
-    for name, (key, columns) in panels.items():
-        cells[name] = np.full((len(rows), len(columns)), np.nan)
-        for i, entries in enumerate(found.values()):
-            for j, template in enumerate(columns):
-                c = entries.get(template, {}).get(key)
-                if c is not None:
-                    cells[name][i, j] = c["delta"]
-                    marks[name, i, j] = f"{c['delta']:+.3f}" + ("" if effect(c) == "ties" else "*")
-    finite = [np.abs(v[np.isfinite(v)]) for v in cells.values()]
-    bound = max((float(v.max()) for v in finite if v.size), default=1.0)  # one colour scale for both panels
-    widths = [max(len(columns), 1) for _, columns in panels.values()]
+    cells, columns = {}, {}
+    for name, key in panels.items():
+        grid_ = np.array([[e.get(t, {}).get(key) for t in templates] for e in found.values()], dtype=object)
+        keep = [j for j in range(len(templates)) if any(c is not None for c in grid_[:, j])]
+        columns[name] = [templates[j] for j in keep]
+        cells[name] = grid_[:, keep]
+    deltas = [c["delta"] for v in cells.values() for c in v.flat if c is not None]
+    bound = max((abs(d) for d in deltas), default=0.0) or 1.0  # one colour scale for both panels
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="0.88")  # grey: not run
+    widths = [max(len(columns[name]), 1) for name in panels]
     fig, axes = figure(
-        1, 2, figsize=(3.5 + 1.05 * sum(widths), 1.6 + 0.32 * len(rows)), squeeze=False,
+        1, 2, figsize=(4.5 + 1.05 * sum(widths), 1.8 + 0.32 * len(rows)), squeeze=False,
         gridspec_kw={"width_ratios": widths},
     )  # fmt: skip
-    for ax, (name, (_, columns)) in zip(axes[0], panels.items(), strict=True):
-        image = ax.imshow(np.ma.masked_invalid(cells[name]), cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
-        for (panel, i, j), text in marks.items():
-            if panel == name:  # white on the dark ends of the scale
-                dark = abs(cells[name][i, j]) > 0.6 * bound
+    image = None
+    for ax, name in zip(axes[0], panels, strict=True):
+        ax.set_title(name, fontsize=9)
+        if not columns[name]:
+            ax.text(0.5, 0.5, "no pair run", ha="center", va="center", transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        values = np.array([[np.nan if c is None else c["delta"] for c in line] for line in cells[name]], dtype=float)
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-bound, vmax=bound, aspect="auto")
+        for (i, j), c in np.ndenumerate(cells[name]):
+            if c is not None:  # white on the dark ends of the scale
+                text = f"{c['delta']:+.3f}" + ("" if effect(c) == "ties" else "*")
+                dark = abs(c["delta"]) > 0.6 * bound
                 ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if dark else "black")
-        ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+        ax.set_xticks(range(len(columns[name])), columns[name], rotation=30, ha="right")
         ax.set_yticks(range(len(rows)), list(rows) if ax is axes[0][0] else [])
-        ax.set_title(f"{name}\n(A - B; *: 95% interval clear of 0)", fontsize=9)
-    fig.colorbar(image, ax=axes[0][-1], shrink=0.8)
-    if title:
-        fig.suptitle(title)
+    if image is not None:
+        fig.colorbar(image, ax=axes[0][-1], shrink=0.8)
+    fig.suptitle((title + "\n" if title else "") + "*: the 95% interval of the paired difference is clear of 0")
     return save(fig, path)
 
 

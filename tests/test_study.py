@@ -558,7 +558,12 @@ def test_interplay_reads_the_mask_and_the_template_from_each_runs_comparisons(tm
     }
     assert counts["Echo"][0] == "2" and sum(map(int, counts["Echo"][1:4])) == 2  # two rows, each mask word once
     assert sum(map(int, counts["Echo"][4:7])) == 1  # "on top" only where the no-template rows were run
+    assert counts["Echo"][8] == "1" and counts[NO_TEMPLATE][4:] == ["-"] * 5  # no pair; nothing on top of nothing
     assert plot_interplay(rows, tmp_path / "interplay.png").stat().st_size > 0
+    only_base = {"tiny, STS": [study_payload([base])]}  # no template: the second panel says so
+    assert plot_interplay(only_base, tmp_path / "base.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="no rows to plot"):
+        plot_interplay({}, tmp_path / "none.png")
 
 
 def test_interplay_refuses_runs_that_cannot_be_read_together():
@@ -569,13 +574,57 @@ def test_interplay_refuses_runs_that_cannot_be_read_together():
         interplay([])
     with pytest.raises(ValueError, match="differ in data, seed"):
         interplay([payload, payload | {"data": {"n": 99}, "seed": 1}])
-    changed = json.loads(json.dumps(payload))
-    changed["templates"][0]["chosen"]["F*"]["report"] += 0.01
-    with pytest.raises(ValueError, match="'instruction' has different F\\* rows"):
-        interplay([payload, changed])
+    with pytest.raises(ValueError, match="JSON 1 is not a study JSON with templates"):
+        interplay([payload, {k: v for k, v in payload.items() if k not in ("templates", "comparisons")}])
+    score = json.loads(json.dumps(payload))
+    score["templates"][0]["chosen"]["F*"]["report"] += 0.01
+    with pytest.raises(ValueError, match=r"'instruction', family F\*: JSON 0 has 'F\*' reporting .*JSON 1 'F\*'"):
+        interplay([payload, score])
+    spec = json.loads(json.dumps(payload))
+    spec["templates"][0]["chosen"]["MASK0&BIDIR"]["name"] = "F* | M0B*2"
+    with pytest.raises(ValueError, match="family MASK0&BIDIR: JSON 0 has 'F\\* \\| B \\| M0B'"):
+        interplay([payload, spec])
+    best = json.loads(json.dumps(payload))
+    other = "MASK0&BIDIR" if payload["templates"][0]["best_family"] == "INPLACE-BIDIR" else "INPLACE-BIDIR"
+    best["templates"][0]["best_family"] = other
+    with pytest.raises(ValueError, match=f"JSON 0 chose .* and JSON 1 {other}"):
+        interplay([payload, best])
     only_f = run_template(encoder, task, [], "PromptEOL", restrict={"F*": Candidate("F*", "F*")})
-    with pytest.raises(ValueError, match="'PromptEOL' has no converted family"):
+    with pytest.raises(ValueError, match="'PromptEOL' in JSON 0 needs F\\* and a converted family"):
         interplay([study_payload([only_f])])
+    unscored = json.loads(json.dumps(payload))
+    unscored["comparisons"] = []
+    with pytest.raises(ValueError, match="no 'template\\+mask vs template alone' comparison"):
+        interplay([unscored])
+
+
+def test_interplay_reads_the_copy_that_has_the_template_on_top_of_the_mask():
+    """A template in two runs, once alone and once beside the no-template rows: the pair is read, in any order."""
+    encoder, task = tiny_encoder(), sts_task()
+    base = run_template(encoder, task, grid(encoder.depth, ks=[2], k0s=[1]), None)
+    prompt = run_template(encoder, task, [], "PromptEOL", restrict={f: s.candidate for f, s in base.chosen.items()})
+    alone, both = study_payload([prompt]), study_payload([base, prompt])
+    for order in ([alone, both], [both, alone]):
+        (entry,) = [e for e in interplay(order) if e["template"] == "PromptEOL"]
+        assert entry["prompt"] is not None and entry["prompt"]["b"].startswith(f"{NO_TEMPLATE} / ")
+
+
+def test_interplay_reads_study_jsons_with_suggestions_exits_and_curves():
+    """The comparisons interplay reads are found among every other kind a study JSON holds."""
+    encoder, task = tiny_encoder(), sts_task()
+    depth = encoder.depth
+    cands = grid(depth, ks=[2, depth], k0s=[1], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0&BIDIR"])
+    suggestion = Candidate("SUGGESTED", "F* | B*2 | M0B*2")
+    base = run_template(encoder, task, cands, None, suggestion=suggestion, exits=[2], report_grid=True)
+    prompt = run_template(encoder, task, [], "PromptEOL", restrict={f: s.candidate for f, s in base.chosen.items()})
+    payload = study_payload([base, prompt]) | {"comparisons": comparisons([base, prompt], depth=depth)}
+    assert any(" at k=" in c["comparison"] for c in payload["comparisons"])
+    assert any(c["comparison"] == "suggested vs best swept" for c in payload["comparisons"])
+    for e, r in zip(interplay([payload]), (base, prompt), strict=True):
+        best = template_row(r)["best_family"]
+        assert best != "SUGGESTED" and e["with_mask"]["name"] == r.chosen[best].candidate.name
+        assert (e["mask"]["a"], e["mask"]["b"]) == (f"{r.template} / {best}", f"{r.template} / F*")
+        assert e["mask"]["delta"] == pytest.approx(r.chosen[best].report() - r.chosen["F*"].report(), abs=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -593,14 +642,14 @@ def test_interplay_verdicts_follow_the_intervals(mask, prompt, verdict):
     chosen = {"F*": row, "INPLACE-BIDIR": converted}
     templates = [{"template": t, "chosen": chosen, "best_family": "INPLACE-BIDIR"} for t in (NO_TEMPLATE, "T")]
 
-    def compared(kind, template, interval):
-        return {"comparison": kind, "a": f"{template} / INPLACE-BIDIR", "delta": sum(interval) / 2,
+    def compared(kind, template, b, interval):
+        return {"comparison": kind, "a": f"{template} / INPLACE-BIDIR", "b": b, "delta": sum(interval) / 2,
                 "low": interval[0], "high": interval[1], "p_value": 0.5}  # fmt: skip
 
-    found = [compared("template+mask vs template alone", t, (0.01, 0.02)) for t in (NO_TEMPLATE,)]
-    found.append(compared("template+mask vs template alone", "T", mask))
+    found = [compared("template+mask vs template alone", NO_TEMPLATE, f"{NO_TEMPLATE} / F*", (0.01, 0.02))]
+    found.append(compared("template+mask vs template alone", "T", "T / F*", mask))
     if prompt is not None:
-        found.append(compared("template+mask vs mask alone", "T", prompt))
+        found.append(compared("template+mask vs mask alone", "T", f"{NO_TEMPLATE} / INPLACE-BIDIR", prompt))
     payload = {"model": "m", "task": "t", "data": {}, "seed": 0, "templates": templates, "comparisons": found}
     assert interplay([payload])[1]["verdict"] == verdict
 
