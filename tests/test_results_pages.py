@@ -427,6 +427,7 @@ def test_study_at_a_glance_rows_are_each_files_choice_and_its_encoders():
 METAEOL_RUNS = {
     "smollm2-135m-metaeol/sts.json": "### SmolLM2-135M with MetaEOL",
     "gemma-3-270m-metaeol/sts.json": "### gemma-3-270m with MetaEOL",
+    "qwen2.5-coder-0.5b-metaeol/sts.json": "### Qwen2.5-Coder-0.5B with MetaEOL",
 }
 
 
@@ -483,6 +484,60 @@ def test_findings_sections_state_their_seconds_and_curves(heading):
         assert payload["report_grid"] is True
         assert f"{task} ({whole(payload['seconds']):,} s)" in section, name
         assert f"<!-- table: curves {name} -->\n{curves_table(payload)}" in section, name
+
+
+# Masks x templates on every task: the section's tables are interplay_table and interplay_counts_table of the runs
+# listed in study/interplay-runs.csv (each model's runs on one task, read together), its figure drawn from them.
+def interplay_rows() -> dict[str, list[dict]]:
+    rows: dict[str, list[dict]] = {}
+    with (STUDY / "interplay-runs.csv").open() as f:
+        for line in csv.DictReader(f):
+            rows.setdefault(line["label"], []).append(json.loads((STUDY / line["run"]).read_text()))
+    return rows
+
+
+def test_interplay_section_is_the_interplay_of_every_run_with_a_template():
+    from nosink.evals.study import interplay_counts_table, interplay_table
+
+    page = (RESULTS / "study.md").read_text()
+    section = page.split("\n## Masks and templates on every task\n", 1)[1].split("\n## ", 1)[0]
+    rows = interplay_rows()
+    assert f"<!-- table: interplay -->\n{interplay_table(rows)}\n" in section
+    assert f"<!-- table: interplay counts -->\n{interplay_counts_table(rows)}\n" in section
+    assert "](study/interplay.png)" in section and (STUDY / "interplay.png").is_file()
+    # every study JSON with a prompt template is read here, but for the runs of other grids: the template-exit run
+    # (KE's own grid) and Qwen2.5-1.5B past k = 20 (PromptEOL's own grid); the rest have no template
+    with (STUDY / "interplay-runs.csv").open() as f:
+        read = {line["run"] for line in csv.DictReader(f)}
+    skipped = ("suggestion-", "findings/", "full-choose120", "template-exits", "1.5b-edge")
+    for path in sorted(STUDY.rglob("*.json")):
+        name = str(path.relative_to(STUDY))
+        if "baselines" in name or path.stem == "ner" or any(s in name for s in skipped):
+            continue
+        assert name in read, f"{name}: a study run missing from the masks x templates section"
+    # verdict 3 quotes the counts: the mask under a template, the template on top of it, the two adding up
+    from nosink.evals.study import NO_TEMPLATE, effect, interplay
+
+    entries = [e for payloads in rows.values() for e in interplay(payloads) if e["template"] != NO_TEMPLATE]
+    paired = [e for e in entries if e["prompt"] is not None]
+    mask = [effect(e["mask"]) for e in entries]
+    said = (
+        f"under a template it adds on {mask.count('adds')} of {len(entries)} rows and costs on {mask.count('costs')}; "
+        f"the template on top of the mask adds on {[effect(e['prompt']) for e in paired].count('adds')} of "
+        f"{len(paired)}; the two add up on {sum(e['verdict'] == 'add up' for e in entries)} rows"
+    )
+    verdicts = " ".join(page.split("\n## Verdicts\n", 1)[1].split())
+    assert said in verdicts
+    # the runs added for the section: each time row is its file's seconds, overall and per template
+    (times,) = [t for t in tables(section) if t[0] == ["file", "seconds", "per template"]]
+    total = 0
+    for cells in times[1:-1]:
+        (name,) = re.findall(r"`study/([^`]+)`", cells[0])
+        payload = json.loads((STUDY / name).read_text())
+        total += whole(payload["seconds"])
+        assert cells[1] == f"{whole(payload['seconds']):,}", name
+        assert cells[2] == ", ".join(f"{t['template']} {whole(t['seconds']):,}" for t in payload["templates"]), name
+    assert times[-1][:2] == ["total", f"{total:,} ({total / 60:.0f} minutes)"]
 
 
 # The midpoint rule scored on NER (run later): each run repeats its model's first NER run (the rows they share are
