@@ -907,6 +907,11 @@ def _ci(row: Mapping[str, Any]) -> str:
     return f"{row['report']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
 
 
+def _signed_ci(c: Mapping[str, Any]) -> str:
+    """A paired comparison's difference with its interval, signed: ``+0.012 [-0.003, +0.027]``."""
+    return f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+
+
 def _cell(spec: str | None) -> str:
     return "`" + (spec or "").replace("|", "\\|") + "`"
 
@@ -932,8 +937,7 @@ def comparisons_table(payload: Mapping[str, Any]) -> str:
     for c in payload["comparisons"]:
         a = c["a"] + " " + _cell(c["a_spec"]) if "a_spec" in c else _cell(c["a"])
         b = c["b"] + " " + _cell(c["b_spec"]) if "b_spec" in c else _cell(c["b"])
-        delta = f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
-        lines.append(f"| {c['comparison']} | {a} | {b} | {delta} | {c['p_value']:.3f} |")
+        lines.append(f"| {c['comparison']} | {a} | {b} | {_signed_ci(c)} | {c['p_value']:.3f} |")
     return "\n".join(lines)
 
 
@@ -1240,7 +1244,7 @@ def _template_entry(i: int, payload: Mapping[str, Any], t: Mapping[str, Any]) ->
 
 
 def _delta(c: Mapping[str, Any] | None) -> str:
-    return "-" if c is None else f"{c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], p {c['p_value']:.3f}"
+    return "-" if c is None else f"{_signed_ci(c)}, p {c['p_value']:.3f}"
 
 
 def interplay_table(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
