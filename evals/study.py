@@ -77,6 +77,7 @@ __all__ = [
     "interplay_counts_table",
     "interplay_table",
     "mean_over_seeds",
+    "ner_selection_for",
     "ner_study",
     "ner_table",
     "overall_choice",
@@ -692,7 +693,7 @@ def ner_study(
     dev: Sequence[Any],
     candidates: Sequence[Candidate],
     seeds: Sequence[int] = (0, 1, 2),
-    split_seed: int = 0,
+    split_seed: int | None = 0,
     config: Any = None,
     show_progress_bar: bool = False,
 ) -> NERStudy:
@@ -709,7 +710,8 @@ def ner_study(
         dev: evaluation sentences, cut in halves.
         candidates: the specs (with exits) to probe.
         seeds: probe seeds (initialisation and batch order).
-        split_seed: the seed of the halves.
+        split_seed: the seed of the halves; ``None``: no cut, both "halves" are all of ``dev`` (for
+            :func:`ner_selection_for`, which is given the choosing half alone).
         config: a :class:`nosink.evals.ner.NERConfig` (its seed is replaced by each of ``seeds``).
         show_progress_bar: a bar for the feature extraction of each set.
     """
@@ -729,7 +731,8 @@ def ner_study(
     labels = [
         [index[t] for t, k in zip(s.tags, kept, strict=True) if k] for s, kept in zip(train, train_kept, strict=True)
     ]
-    first, second = stats.halves(list(range(len(dev))), seed=split_seed)
+    every = list(range(len(dev)))
+    first, second = (every, every) if split_seed is None else stats.halves(every, seed=split_seed)
     gold = [list(s.tags) for s in dev]
     out = NERStudy({}, {}, {}, 0.0)
     for c in candidates:
@@ -1540,6 +1543,58 @@ def selection_for(
     return Candidate("SUGGESTED", str(chosen.spec)), why
 
 
+def ner_selection_for(
+    encoder: EncoderFromDecoder,
+    profile: Sequence[Any],
+    train: Sequence[Any],
+    dev: Sequence[Any],
+    n: int,
+    seed: int = 0,
+    split_seed: int = 0,
+    show_progress_bar: bool = False,
+) -> tuple[Candidate, dict[str, Any]]:
+    """The selection stage on NER: :func:`~nosink.evals.sinks.candidate_specs` of ``profile``, each probed on a
+    seeded sample of ``n`` of the study's training sentences and scored on the choosing half of ``dev``.
+
+    The choosing half is :func:`ner_study`'s (:func:`stats.halves` with ``split_seed``), so no reporting
+    sentence is read. Each candidate's probe is trained once, with ``seed``; the best entity F1 on the
+    whole choosing half wins, the earliest candidate (the midpoint rule's) on a tie.
+
+    Returns:
+        The selected spec as a ``SUGGESTED`` candidate, and what to record: the candidates with their
+        scores, the sample, and the cost (sentences encoded, and times the candidates).
+
+    Raises:
+        ValueError: for ``n`` under 2, or no training or dev sentences.
+    """
+    from nosink.evals.sinks import candidate_specs
+
+    if n < 2:
+        raise ValueError(f"the selection sample needs at least 2 training sentences, got {n}")
+    if not train or not dev:
+        raise ValueError(f"the NER selection stage needs training and dev sentences, got {len(train)} and {len(dev)}")
+    suggestions = candidate_specs(profile, encoder.depth)
+    candidates = [Candidate("SUGGESTED", str(s.spec)) for s in suggestions]
+    sample = list(train) if n >= len(train) else random.Random(seed).sample(list(train), n)
+    choose_half, _ = stats.halves(list(dev), seed=split_seed)
+    result = ner_study(
+        encoder, sample, choose_half, candidates, seeds=(seed,), split_seed=None, show_progress_bar=show_progress_bar
+    )
+    best = max(candidates, key=lambda c: result.choose[c])  # the first of equal scores
+    sentences = len(sample) + len(choose_half)
+    why = {
+        "method": "select_spec's rule on NER: candidate_specs probed on a sample of the training sentences, "
+        "scored on the choosing half of dev",
+        "spec": best.spec, "sample": len(sample), "sample_seed": seed, "choose_sentences": len(choose_half),
+        "probe_seeds": [seed],
+        "candidates": [{"spec": c.spec, "k": s.k, "k0": s.k0, "reason": s.reason, "score": result.choose[c]}
+                       for c, s in zip(candidates, suggestions, strict=True)],
+        "texts_encoded": sentences, "text_spec_encodings": sentences * len(candidates),
+        "seconds": round(result.seconds, 1),
+    }  # fmt: skip
+    return best, why
+
+
 def _write(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -1747,8 +1802,9 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
                         help="no progress bars (by default each long encoding pass shows one on stderr)")  # fmt: skip
     parser.add_argument("--select", type=count_arg(2, zero="no selection stage"), default=0, metavar="N",
                         help="score the sink profile's candidate specs (nosink.evals.sinks.candidate_specs) on N "
-                        "choosing pairs (STS) or training items (classification) and report the best as the "
-                        "suggestion (default 0: suggest_spec's spec; NER keeps it)")  # fmt: skip
+                        "choosing pairs (STS), training items (classification) or training sentences (NER, "
+                        "scored on the choosing half of dev) and report the best as the suggestion (default 0: "
+                        "suggest_spec's spec)")  # fmt: skip
 
 
 def run(args: argparse.Namespace, command: str) -> int:
@@ -1859,6 +1915,7 @@ def run(args: argparse.Namespace, command: str) -> int:
     report_grid = bool(getattr(args, "report_grid", False))
     progress = bool(getattr(args, "progress", False))
     candidates = grid(encoder.depth, args.ks, args.k0s, families)
+    conll = _conll(data, args.ner_train, args.ner_dev) if "ner" in args.tasks else None
     suggestion = None
     selections: dict[str, tuple[Candidate, dict[str, Any]]] = {}
     if not args.no_suggestion:
@@ -1872,6 +1929,11 @@ def run(args: argparse.Namespace, command: str) -> int:
             for key, task in tasks.items():
                 chosen, record = selection_for(encoder, profile, task, select, args.seed, args.batch_size)
                 selections[key] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
+            if conll is not None:
+                chosen, record = ner_selection_for(
+                    encoder, profile, *conll, select, args.seed, show_progress_bar=progress
+                )
+                selections["ner"] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
         "exit_families": exit_families, "restricted_templates": args.restricted, "families": families,
@@ -1887,9 +1949,13 @@ def run(args: argparse.Namespace, command: str) -> int:
             restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
             exit_families=exit_families, report_grid=report_grid, show_progress_bar=progress,
         )  # fmt: skip
-    if "ner" in args.tasks:
-        train, dev = _conll(data, args.ner_train, args.ner_dev)
-        ner_cands = list(candidates) + ([suggestion] if suggestion is not None else [])
+    if conll is not None:
+        train, dev = conll
+        ner_suggestion, ner_meta = suggestion, meta
+        if "ner" in selections:  # as for the other tasks
+            ner_suggestion, record = selections["ner"]
+            ner_meta = meta | {"suggestion": record}
+        ner_cands = list(candidates) + ([ner_suggestion] if ner_suggestion is not None else [])
         if "F*" in exit_families:  # F*'s exits share every layer with F*: they come free in the first pass
             ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
         result = ner_study(encoder, train, dev, ner_cands, show_progress_bar=progress)
@@ -1903,7 +1969,7 @@ def run(args: argparse.Namespace, command: str) -> int:
                     getattr(result, d).update(getattr(extra, d))
                 result.seconds += extra.seconds
                 ner_cands += more
-        _write(out / "ner.json", _ner_payload(result, ner_cands, meta | {"data": _ner_sizes(args)}))
+        _write(out / "ner.json", _ner_payload(result, ner_cands, ner_meta | {"data": _ner_sizes(args)}))
     return 0
 
 

@@ -3,11 +3,13 @@
 import numpy as np
 import pytest
 from test_sinks import GEMMA_LIKE, SMOLLM2_LIKE, TEXTS, planted_sink_gpt2, stock_profile
-from test_study import sts_task, tiny_encoder
+from test_study import WORDS, sts_task, tiny_encoder
 
 from nosink import EncoderFromDecoder, parse_spec
+from nosink.evals import stats, study
+from nosink.evals.ner import Sentence
 from nosink.evals.sinks import Suggestion, candidate_specs, select_spec, sink_profile, suggest_spec
-from nosink.evals.study import ClassificationTask, selection_for, selection_sample
+from nosink.evals.study import ClassificationTask, NERStudy, ner_selection_for, selection_for, selection_sample
 from nosink.layerspec import SpecError
 
 SPECS = ["F* | M0B", "F* | B*2 | M0B", "F* | B | M0B*2"]  # all fit the 4-layer tiny decoder
@@ -155,3 +157,96 @@ def test_the_study_reports_the_selection_as_its_suggestion(tmp_path):
     assert info.value.code == 2
     with pytest.raises(ValueError, match="--no-suggestion"):
         main([*base, "--out", str(tmp_path / "bad"), "--select", "4", "--no-suggestion"])
+
+
+# ---------------------------------------------------------------------------------------- the NER selection stage
+
+
+def ner_sentences(n, seed):
+    rng = np.random.default_rng(seed)
+
+    def tag(word):
+        return "B-LOC" if word in ("paris", "london") else "B-PER" if word == "dog" else "O"
+
+    return [Sentence(tuple(ws), tuple(tag(w) for w in ws)) for ws in (rng.choice(WORDS, size=6) for _ in range(n))]
+
+
+def test_ner_selection_probes_the_candidates_on_a_training_sample_and_the_choosing_half_only(monkeypatch):
+    encoder = planted_sink_gpt2()
+    profile = sink_profile(encoder, TEXTS)
+    train, dev = ner_sentences(20, seed=0), ner_sentences(11, seed=1)
+    calls = []
+    real = study.ner_study
+
+    def spy(enc, tr, dv, cands, **kwargs):
+        calls.append((list(tr), list(dv), kwargs))
+        return real(enc, tr, dv, cands, **kwargs)
+
+    monkeypatch.setattr(study, "ner_study", spy)
+    chosen, record = ner_selection_for(encoder, profile, train, dev, 8)
+    ((sample, probed, kwargs),) = calls
+    choose_half, report_half = stats.halves(dev, seed=0)  # ner_study's own cut of the study's dev set
+    assert probed == choose_half and not set(probed) & set(report_half)
+    assert len(sample) == 8 and set(sample) <= set(train) and kwargs["seeds"] == (0,)
+    cands = candidate_specs(profile, 4)
+    assert [c["spec"] for c in record["candidates"]] == [str(c.spec) for c in cands]
+    # each score is the candidate's F1 on the whole choosing half (no second cut), its probe trained on the sample
+    again = real(encoder, sample, choose_half, [study.Candidate("SUGGESTED", str(c.spec)) for c in cands],
+                 seeds=(0,), split_seed=None)  # fmt: skip
+    assert [c["score"] for c in record["candidates"]] == [again.choose[c] for c in again.choose]
+    best = max(record["candidates"], key=lambda c: c["score"])
+    assert chosen.family == "SUGGESTED" and chosen.spec == best["spec"] == record["spec"]
+    assert record["texts_encoded"] == 8 + 6 and record["text_spec_encodings"] == len(cands) * 14
+    assert record["sample"] == 8 and record["choose_sentences"] == 6
+    assert ner_selection_for(encoder, profile, train, dev, 50)[1]["sample"] == 20  # all of them, no more
+
+
+@pytest.mark.parametrize(("scores", "want"), [((0.5, 0.5), 0), ((0.4, 0.6), 1), ((0.7, 0.6), 0)])
+def test_ner_selection_keeps_the_best_f1_and_the_earliest_candidate_on_a_tie(monkeypatch, scores, want):
+    encoder = planted_sink_gpt2()
+    profile = sink_profile(encoder, TEXTS)
+    cands = candidate_specs(profile, 4)
+    assert len(cands) == 2  # the planted sink's profile gives two distinct specs
+
+    def fake(enc, tr, dv, candidates, **kwargs):
+        return NERStudy(dict(zip(candidates, scores, strict=True)), {}, {}, 0.0)
+
+    monkeypatch.setattr(study, "ner_study", fake)
+    chosen, _ = ner_selection_for(encoder, profile, ner_sentences(6, 0), ner_sentences(4, 1), 4)
+    assert chosen.spec == str(cands[want].spec)
+
+
+def test_ner_selection_names_bad_input():
+    encoder = planted_sink_gpt2()
+    profile = sink_profile(encoder, TEXTS)
+    with pytest.raises(ValueError, match="at least 2 training sentences, got 1"):
+        ner_selection_for(encoder, profile, ner_sentences(6, 0), ner_sentences(4, 1), 1)
+    with pytest.raises(ValueError, match="training and dev sentences, got 6 and 0"):
+        ner_selection_for(encoder, profile, ner_sentences(6, 0), [], 4)
+
+
+def test_the_ner_study_reports_the_selection_as_its_suggestion(tmp_path):
+    import json
+
+    from test_cli import _study_data
+    from tiny import tiny_decoder, tiny_tokenizer
+
+    from nosink.evals.study import main
+
+    saved = tmp_path / "enc"
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(saved)
+    _study_data(tmp_path / "data")
+    base = [str(saved), "--data", str(tmp_path / "data"), "--tasks", "ner", "--ks", "2", "--k0s", "1",
+            "--ner-train", "24", "--ner-dev", "12", "--no-progress"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "out"), "--select", "10"]) == 0
+    ner = json.loads((tmp_path / "out" / "ner.json").read_text())
+    record = ner["suggestion"]
+    assert record["spec"] == max(record["candidates"], key=lambda c: c["score"])["spec"]
+    assert record["sample"] == 10 and record["choose_sentences"] == 6 and record["midpoint"]["spec"].startswith("F* |")
+    suggested = [r for r in ner["rows"] if r["family"] == "SUGGESTED"]
+    assert [r["spec"] for r in suggested] == [record["spec"]] and ner["chosen"]["SUGGESTED"] == record["spec"]
+    assert any(c["comparison"] == "suggested vs best swept" for c in ner["comparisons"])
+    # without --select the NER suggestion is the midpoint rule's spec, recorded as before
+    assert main([*base, "--out", str(tmp_path / "mid")]) == 0
+    mid = json.loads((tmp_path / "mid" / "ner.json").read_text())
+    assert "candidates" not in mid["suggestion"] and mid["chosen"]["SUGGESTED"] == record["midpoint"]["spec"]

@@ -205,6 +205,9 @@ def test_ner_study_scores_every_candidate_on_both_halves_with_each_seed():
     for c in cands:
         assert 0 <= result.choose[c] <= 1 and result.report[c].n == 4 and len(result.per_seed[c]) == 2
         assert result.report[c]() == pytest.approx(np.mean(result.per_seed[c]))
+    # split_seed=None: no cut, both "halves" are all 8 dev sentences (the NER selection stage's choosing half)
+    whole = ner_study(tiny_encoder(), data[:16], data[16:], cands[:1], seeds=(0,), split_seed=None)
+    assert whole.report[cands[0]].n == 8 and whole.choose[cands[0]] == pytest.approx(whole.report[cands[0]]())
 
 
 # ---------------------------------------------------------------------------------------- more tasks
