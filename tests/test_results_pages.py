@@ -212,6 +212,8 @@ def test_study_tables_are_the_tables_of_its_json():
         run = full_run(path.parent.name)  # the full-size runs sit beside their own baselines' runs
         if path.stem == "ner":
             want = [ner_table(payload, study_baselines("ner", run))]
+            if "candidates" in payload.get("suggestion", {}):  # the selection stage (--select) on NER
+                want.append(selection_table(payload))
             if payload.get("families", ["INPLACE-BIDIR", "MASK0&BIDIR"]) != ["INPLACE-BIDIR", "MASK0&BIDIR"]:
                 # the paper's other families: their curves and comparisons
                 want += [curves_table(payload), comparisons_table(payload)]
@@ -547,11 +549,19 @@ MIDPOINT_NER = {
     "Qwen2.5-Coder-0.5B": ("suggestion-mid/qwen2.5-coder-0.5b/ner.json", "qwen2.5-coder-0.5b/ner.json"),
     "gemma-3-270m": ("suggestion-mid/gemma-3-270m/ner.json", "gemma-3-270m/ner.json"),
 }
+# The selection stage on NER (run later still): the same protocol, the selected spec as the suggestion.
+SELECT_NER = {model: (name.replace("suggestion-mid", "suggestion-select"), first) for model, (name, first) in
+              MIDPOINT_NER.items()}  # fmt: skip
+NER_VERDICTS = {
+    "suggestion-mid": "\n### CoNLL-2003 NER (run later): the midpoint rule on the three models\n",
+    "suggestion-select": "\n### CoNLL-2003 NER (run later): the selection stage on the three models\n",
+}
 
 
-@pytest.mark.parametrize("model", list(MIDPOINT_NER))
-def test_midpoint_ner_runs_repeat_the_first_runs_and_their_verdict_rows(model):
-    name, first_name = MIDPOINT_NER[model]
+@pytest.mark.parametrize(("model", "runs"), [(m, MIDPOINT_NER) for m in MIDPOINT_NER] + [(m, SELECT_NER) for m in
+                                             SELECT_NER])  # fmt: skip
+def test_ner_suggestion_runs_repeat_the_first_runs_and_their_verdict_rows(model, runs):
+    name, first_name = runs[model]
     payload, first = (json.loads((STUDY / n).read_text()) for n in (name, first_name))
     assert payload["data"] == first["data"] and payload["seed"] == first["seed"]
     old = {(r["name"], r["exit_layer"]): r for r in first["rows"]}
@@ -561,7 +571,7 @@ def test_midpoint_ner_runs_repeat_the_first_runs_and_their_verdict_rows(model):
         for key in ("choose", "report", "low", "high"):
             assert row[key] == pytest.approx(old[row["name"], row["exit_layer"]][key], abs=1e-9), (name, row["name"])
     page = (RESULTS / "study.md").read_text()
-    section = page.split("\n### CoNLL-2003 NER (run later): the midpoint rule on the three models\n", 1)[1]
+    section = page.split(NER_VERDICTS[name.split("/")[0]], 1)[1]
     (rows,) = [t for t in tables(section.split("\n## ", 1)[0]) if t[0][0] == "model" and "within 1 point" in t[0]]
     (cells,) = [r for r in rows if r[0] == model]
     (c,) = [c for c in payload["comparisons"] if c["comparison"] == "suggested vs best swept"]
