@@ -50,6 +50,7 @@ __all__ = [
     "EXIT_FAMILIES",
     "FAMILY_COMPARISONS",
     "GRID_FAMILIES",
+    "NER_SPLIT_SEED",
     "NO_TEMPLATE",
     "Candidate",
     "ClassificationTask",
@@ -99,6 +100,10 @@ logger = logging.getLogger(__name__)
 
 NO_TEMPLATE = "instruction"
 """The name of the configuration without a template: mean pooling over the text, the task's instruction before it."""
+
+NER_SPLIT_SEED = 0
+"""The seed of the cut of the NER dev sentences into halves (choose on one, report on the other): the one cut that
+:func:`ner_study` reports on and :func:`ner_selection_for` chooses on."""
 
 FAMILIES = ("F*", "INPLACE-BIDIR", "MASK0&BIDIR")
 """The spec families of the default grid, in the order tables show them."""
@@ -693,7 +698,7 @@ def ner_study(
     dev: Sequence[Any],
     candidates: Sequence[Candidate],
     seeds: Sequence[int] = (0, 1, 2),
-    split_seed: int | None = 0,
+    split_seed: int | None = NER_SPLIT_SEED,
     config: Any = None,
     show_progress_bar: bool = False,
 ) -> NERStudy:
@@ -1550,7 +1555,7 @@ def ner_selection_for(
     dev: Sequence[Any],
     n: int,
     seed: int = 0,
-    split_seed: int = 0,
+    split_seed: int = NER_SPLIT_SEED,
     show_progress_bar: bool = False,
 ) -> tuple[Candidate, dict[str, Any]]:
     """The selection stage on NER: :func:`~nosink.evals.sinks.candidate_specs` of ``profile``, each probed on a
@@ -1559,6 +1564,16 @@ def ner_selection_for(
     The choosing half is :func:`ner_study`'s (:func:`stats.halves` with ``split_seed``), so no reporting
     sentence is read. Each candidate's probe is trained once, with ``seed``; the best entity F1 on the
     whole choosing half wins, the earliest candidate (the midpoint rule's) on a tie.
+
+    Args:
+        encoder: the decoder (its own spec does not matter).
+        profile: the stock model's sink profile (:func:`~nosink.evals.sinks.sink_profile` under ``F*``).
+        train: the study's training sentences (:class:`nosink.evals.ner.Sentence`).
+        dev: the study's dev sentences, all of them: the choosing half is cut here.
+        n: training sentences in the sample (all of ``train`` if it has no more).
+        seed: the sample's seed and the probe's.
+        split_seed: the seed of the dev halves; keep :data:`NER_SPLIT_SEED`, the study's cut.
+        show_progress_bar: a bar for the feature extraction of each set.
 
     Returns:
         The selected spec as a ``SUGGESTED`` candidate, and what to record: the candidates with their

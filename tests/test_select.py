@@ -1,5 +1,7 @@
 """The selection stage: candidate specs read off a sink profile, the best on a small sample kept (tiny models)."""
 
+import random
+
 import numpy as np
 import pytest
 from test_sinks import GEMMA_LIKE, SMOLLM2_LIKE, TEXTS, planted_sink_gpt2, stock_profile
@@ -187,7 +189,8 @@ def test_ner_selection_probes_the_candidates_on_a_training_sample_and_the_choosi
     ((sample, probed, kwargs),) = calls
     choose_half, report_half = stats.halves(dev, seed=0)  # ner_study's own cut of the study's dev set
     assert probed == choose_half and not set(probed) & set(report_half)
-    assert len(sample) == 8 and set(sample) <= set(train) and kwargs["seeds"] == (0,)
+    assert sample == random.Random(0).sample(train, 8) and kwargs["seeds"] == (0,)  # a seeded sample, not the first 8
+    assert kwargs["split_seed"] is None  # scored on the whole choosing half, not cut again
     cands = candidate_specs(profile, 4)
     assert [c["spec"] for c in record["candidates"]] == [str(c.spec) for c in cands]
     # each score is the candidate's F1 on the whole choosing half (no second cut), its probe trained on the sample
@@ -250,3 +253,31 @@ def test_the_ner_study_reports_the_selection_as_its_suggestion(tmp_path):
     assert main([*base, "--out", str(tmp_path / "mid")]) == 0
     mid = json.loads((tmp_path / "mid" / "ner.json").read_text())
     assert "candidates" not in mid["suggestion"] and mid["chosen"]["SUGGESTED"] == record["midpoint"]["spec"]
+
+
+def test_the_ner_study_probes_the_selected_spec_not_the_midpoints(tmp_path, monkeypatch):
+    import json
+
+    from test_cli import _study_data
+    from tiny import tiny_decoder, tiny_tokenizer
+
+    from nosink.evals.study import Candidate, main
+
+    saved = tmp_path / "enc"
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(saved)
+    _study_data(tmp_path / "data")
+    other = "F* | B | M0B*2"  # not what the midpoint rule suggests for the tiny decoder (checked below)
+
+    def select(encoder, profile, train, dev, n, seed=0, **kwargs):
+        return Candidate("SUGGESTED", other), {"spec": other, "candidates": []}
+
+    monkeypatch.setattr(study, "ner_selection_for", select)
+    argv = [str(saved), "--data", str(tmp_path / "data"), "--tasks", "ner", "--ks", "2", "--k0s", "1",
+            "--ner-train", "24", "--ner-dev", "12", "--no-progress", "--out", str(tmp_path / "out"),
+            "--select", "10"]  # fmt: skip
+    assert main(argv) == 0
+    ner = json.loads((tmp_path / "out" / "ner.json").read_text())
+    assert ner["suggestion"]["midpoint"]["spec"] != other
+    assert [r["spec"] for r in ner["rows"] if r["family"] == "SUGGESTED"] == [other]
+    (c,) = [c for c in ner["comparisons"] if c["comparison"] == "suggested vs best swept"]
+    assert c["a"] == other
