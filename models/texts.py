@@ -50,6 +50,7 @@ __all__ = [
     "Tokenized",
     "batches",
     "check_texts",
+    "check_unicode",
     "first_tokens",
     "join_words",
     "pad",
@@ -111,6 +112,7 @@ class Template:
         for fmt in formats:
             if not isinstance(fmt, str):
                 raise TypeError(f"a template's prompts must be strings, got {type(fmt).__name__}")
+            check_unicode(fmt, f"the template prompt {printable(repr(fmt))}")
             if TEXT not in fmt:
                 raise ValueError(
                     f"the template prompt {printable(repr(fmt))} has no {TEXT}: write where the text goes, "
@@ -204,10 +206,11 @@ def check_texts(sentences: Any, name: str = "sentences") -> tuple[list[str], boo
 
     Raises:
         TypeError: for ``None``, bytes or anything else that is neither a string nor an iterable of them.
-        ValueError: naming the first item that is not a string.
+        ValueError: naming the first item that is not a string or holds a lone surrogate (see
+            :func:`check_unicode`).
     """
     if isinstance(sentences, str):
-        return [str(sentences)], True
+        return [str(check_unicode(sentences, name))], True
     if isinstance(sentences, (bytes, bytearray, memoryview)):
         raise TypeError(
             f"{name} must be a string or a list of strings, got {type(sentences).__name__}: "
@@ -223,7 +226,31 @@ def check_texts(sentences: Any, name: str = "sentences") -> tuple[list[str], boo
         if not isinstance(text, str):
             hint = ": decode it first, e.g. text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
             raise ValueError(f"{name}[{i}] is a {type(text).__name__}, not a string{hint}")
+        check_unicode(text, f"{name}[{i}]")
     return [str(t) for t in texts], False  # numpy's str_ becomes a plain str
+
+
+def check_unicode(text: str, name: str) -> str:
+    """``text`` if it is valid Unicode, i.e. holds no lone surrogate (``"\\ud800"``), which no tokenizer takes.
+
+    Such characters come from decoding bytes with ``errors="surrogateescape"`` or from JSON's ``\\ud800``.
+
+    >>> check_unicode("a\\ud800b", "texts[3]")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: texts[3] holds a lone surrogate (U+D800) at character 1, which is not valid Unicode text: ...
+
+    Raises:
+        ValueError: naming ``name``, the surrogate and its position.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} holds a lone surrogate (U+{ord(text[err.start]):04X}) at character {err.start}, which is not "
+            "valid Unicode text: remove it, or decode the bytes it came from with errors='replace'"
+        ) from None
+    return text
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -360,6 +387,8 @@ def _tokenize(
     instruction, sink, max_length, template, target, copy = how
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
+    if instruction is not None:
+        check_unicode(instruction, "instruction")
     if max_length is not None:
         positive_int(max_length, "max_length")
     instruction = instruction or ""

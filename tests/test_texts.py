@@ -12,6 +12,7 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
 from nosink.models.texts import (
+    Template,
     Tokenized,
     batches,
     check_texts,
@@ -188,6 +189,22 @@ def test_check_texts():
         check_texts(3)
     with pytest.raises(ValueError, match=r"sentences\[1\] is a bytes, not a string: decode it first"):
         check_texts(["a", b"b"])
+    with pytest.raises(ValueError, match=r"sentences\[2\] holds a lone surrogate \(U\+DC80\) at character 3"):
+        check_texts(["a", "b", "abc\udc80"])
+    with pytest.raises(ValueError, match=r"^texts holds a lone surrogate \(U\+D800\) at character 0"):
+        check_texts("\ud800", "texts")
+    assert check_texts(["\U0001f600 ok"]) == (["\U0001f600 ok"], False)  # a real astral character is fine
+
+
+def test_lone_surrogates_are_named_wherever_encode_takes_text():
+    # The tokenizer's own error (TypeError: TextEncodeInput must be ...) names neither the input nor the problem.
+    encoder = make()
+    with pytest.raises(ValueError, match=r"sentences\[1\] holds a lone surrogate \(U\+D800\) at character 1"):
+        encoder.encode(["fine", "a\ud800b"])
+    with pytest.raises(ValueError, match=r"^instruction holds a lone surrogate \(U\+DFFF\)"):
+        encoder.encode(["fine"], instruction="Query:\udfff ")
+    with pytest.raises(ValueError, match=r"template prompt .* holds a lone surrogate"):
+        encoder.encode(["fine"], template=Template("\ud800 {text}", target="last"))
 
 
 # ---------------------------------------------------------------- encode() on awkward input
