@@ -311,6 +311,13 @@ class EncoderFromDecoder(nn.Module):
             SpecError: if the spec is malformed or does not fit the model (raised before any weights load);
                 for the spec of ``nosink.json``, the message starts with ``in PATH/nosink.json:``.
             UnsupportedModelError: for an unsupported family or attention backend (also before any weights load).
+            nosink.RemoteCodeError: (an ``OSError``) if the model needs code of its own to load (an ``auto_map`` in
+                its ``config.json`` or ``tokenizer_config.json`` naming a class transformers does not ship):
+                nosink never runs code from a model folder or repository, and never asks whether to; for
+                the same reason ``trust_remote_code=True`` is a ``ValueError``. Files that are not valid
+                JSON, or whose values transformers cannot build a model from (an unknown ``hidden_act``,
+                ``dtype`` or rope type, heads that do not divide the width, ...), are ``OSError`` naming the
+                file and the field, before any weights load.
         """
         from nosink.layerspec import SpecError
 
@@ -358,10 +365,10 @@ class EncoderFromDecoder(nn.Module):
             check_saved(folder, saved, config)
         elif folder is not None:
             check_weights(folder)
+        tokenizer = load_tokenizer(source, **hf_kwargs)  # before the weights: it is cheap, and can be refused
         decoder = load_model(
             source, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
         )
-        tokenizer = load_tokenizer(source, **hf_kwargs)
         sink_file = None
         if sink_token is None:
             sink_token = saved.get("sink_token", "auto") if saved else "auto"
@@ -394,6 +401,7 @@ class EncoderFromDecoder(nn.Module):
             FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder,
                 or the current working directory or a folder above it (``save_pretrained(".")`` from
                 inside the folder: replacing it would leave the process in a deleted folder).
+            FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing.
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
                 (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """

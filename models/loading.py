@@ -42,6 +42,7 @@ __all__ = [
     "FORMAT",
     "SAVED_FILE",
     "check_dtype",
+    "check_config",
     "check_saved",
     "check_sink_token",
     "check_weights",
@@ -51,6 +52,8 @@ __all__ = [
     "load_stock",
     "load_tokenizer",
     "local_folder",
+    "RemoteCodeError",
+    "read_json",
     "read_saved",
     "replacing",
     "save_encoder",
@@ -136,11 +139,7 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     if not file.is_file():
         return None
     where = printable(str(file))
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        problem = printable(str(err))
-        raise OSError(f"{where} is not valid JSON ({problem}); re-save the encoder with save_pretrained()") from None
+    meta = read_json(file, "re-save the encoder with save_pretrained()")
     if not isinstance(meta, dict) or not isinstance(meta.get("spec"), str):
         raise OSError(f"{where} has no 'spec' string; re-save the encoder with save_pretrained()")
     if meta.get("format") != FORMAT:
@@ -154,6 +153,25 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
         except ValueError as err:
             raise OSError(f"{where}: {err}") from None
     return meta
+
+
+def read_json(file: Path, fix: str) -> Any:
+    """The JSON value in ``file``, a file of a model folder; ``fix`` ends the error message (what to do).
+
+    Raises:
+        OSError: naming the file, if it cannot be read, is not UTF-8, is not JSON or is nested too deeply to read.
+    """
+    where = printable(str(file))
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise OSError(f"{where} is not UTF-8 text ({err.reason} at byte {err.start}); {fix}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise OSError(f"{where} is not valid JSON ({printable(str(err))}); {fix}") from None
+    except RecursionError:
+        raise OSError(f"{where} is nested too deeply to read as JSON; {fix}") from None
 
 
 def check_saved(path: Path, saved: dict[str, Any], config: Any) -> None:
@@ -205,9 +223,18 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
         FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder
             (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
             directory or a folder above it (replacing it would leave the process in a deleted folder).
+        FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing (the save would
+            create folders where the link points).
     """
     given = printable(os.fspath(directory))
-    directory = Path(os.path.expanduser(os.fspath(directory))).resolve()  # a link: replace what it points to
+    path = Path(os.path.abspath(os.path.expanduser(os.fspath(directory))))
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():  # resolve() would follow it, and mkdir create where it points
+            raise FileNotFoundError(
+                f"refusing to save to {given}: {printable(str(link))} is a link to {printable(os.readlink(link))}, "
+                "which does not exist; create that folder, or remove the link"
+            )
+    directory = path.resolve()  # a link: replace what it points to
     if not directory.name:
         raise FileExistsError(f"{given} is the filesystem root: save the encoder to a folder")
     try:
@@ -432,22 +459,87 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
         OSError: if there is no such local folder or hub model (saying which of the two the name was read as),
             or a local folder has no ``config.json`` (and no ``gguf_file`` is given).
     """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     folder = local_folder(name_or_path)
+    source = str(folder) if folder is not None else os.fspath(name_or_path)
+    file = printable(source)
     if folder is not None:
         where = folder / hf_kwargs["subfolder"] if hf_kwargs.get("subfolder") else folder
-        if not hf_kwargs.get("gguf_file") and not (where / "config.json").is_file():
-            raise OSError(f"no config.json in {printable(str(where))}: not a model folder")
-        return AutoConfig.from_pretrained(str(folder), **_keep(hf_kwargs, _CONFIG_KWARGS))
-    name = os.fspath(name_or_path)
+        file = printable(str(where / "config.json"))
+        if not hf_kwargs.get("gguf_file"):
+            if not (where / "config.json").is_file():
+                raise OSError(f"no config.json in {printable(str(where))}: not a model folder")
+            raw = read_json(where / "config.json", _FIX)
+            if not isinstance(raw, dict):
+                raise OSError(f"{file} is not a JSON object; {_FIX}")
+            for key in ("dtype", "torch_dtype"):  # transformers would fail on getattr(torch, value)
+                value = raw.get(key)
+                if value is not None and not isinstance(getattr(torch, str(value), None), torch.dtype):
+                    raise OSError(f"{file}: {key} {printable(repr(value))} is not a torch dtype; {_FIX}")
+    kwargs = _keep(hf_kwargs, _CONFIG_KWARGS)
     try:
-        return AutoConfig.from_pretrained(name, **_keep(hf_kwargs, _CONFIG_KWARGS))
-    except (OSError, ValueError) as err:  # ValueError: huggingface_hub's check of the id's form
+        with _no_remote_code(source):
+            config = AutoConfig.from_pretrained(source, **kwargs)
+    except RemoteCodeError:
+        raise
+    except (OSError, ValueError) as err:
+        if folder is not None:  # transformers' ValueError of a local config: no model_type, an unknown one, ...
+            if isinstance(err, OSError):
+                raise
+            raise OSError(f"{file} does not load: {printable(str(err))}") from None
+        # ValueError: huggingface_hub's check of the id's form
         raise OSError(
-            f"{printable(name)} is not a local folder, and as a hub model id it could not be loaded: "
-            f"{printable(str(err))}{interrupted_save(Path(os.path.expanduser(name)))}"
+            f"{file} is not a local folder, and as a hub model id it could not be loaded: "
+            f"{printable(str(err))}{interrupted_save(Path(os.path.expanduser(source)))}"
         ) from None
+    except (StrictDataclassError, KeyError, AttributeError, TypeError) as err:  # a field of a bad type or value
+        raise OSError(f"{file} does not load: {_reason(err)}; {_FIX}") from None
+    check_config(config, file)
+    return config
+
+
+_FIX = "re-download the model or re-save the encoder"
+
+
+def check_config(config: Any, file: str) -> None:
+    """Refuse config values that transformers accepts and then fails on deep inside the model's constructor.
+
+    Args:
+        config: a transformers config.
+        file: how the config's file is named in messages.
+
+    Raises:
+        OSError: naming the file, the field and its value: an activation or a rope type transformers does not know.
+    """
+    from transformers.activations import ACT2FN
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for name in ("hidden_act", "hidden_activation"):
+        act = getattr(config, name, None)
+        if isinstance(act, str) and act not in ACT2FN:
+            raise OSError(
+                f"{file}: {name} {printable(repr(act))} is not an activation transformers knows "
+                f"(e.g. 'silu', 'gelu_pytorch_tanh'); {_FIX}"
+            )
+    rope = getattr(config, "rope_parameters", None)
+    # One dict, or one per layer type (Gemma3: full_attention and sliding_attention).
+    ropes = [rope] if isinstance(rope, dict) and "rope_type" in rope else list((rope or {}).values())
+    for params in ropes:
+        kind = params.get("rope_type", "default") if isinstance(params, dict) else None
+        if kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+            raise OSError(
+                f"{file}: rope_parameters has rope_type {printable(repr(kind))}, which transformers does not know "
+                f"({', '.join(['default', *sorted(ROPE_INIT_FUNCTIONS)])}); {_FIX}"
+            )
+
+
+def _reason(err: BaseException) -> str:
+    # An exception as a message: its text (for KeyError, the key), or its type's name when it has no text.
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    text = " ".join(text.split())  # strict dataclasses' messages run over several indented lines
+    return printable(f"{type(err).__name__}: {text}" if text else type(err).__name__)
 
 
 # Keys a bare decoder does not use when loaded from a checkpoint with a head.
@@ -486,11 +578,14 @@ def load_model(
     source = _source(name_or_path)
     where = printable(source)
     auto = AutoModelForCausalLM if head else AutoModel
+    dtype, kwargs = check_dtype(dtype), _keep(hf_kwargs)
     try:
-        model, info = auto.from_pretrained(
-            source, dtype=check_dtype(dtype), attn_implementation=attn_implementation, output_loading_info=True,
-            **hf_kwargs,
-        )  # fmt: skip
+        with _no_remote_code(source):
+            model, info = auto.from_pretrained(
+                source, dtype=dtype, attn_implementation=attn_implementation, output_loading_info=True, **kwargs
+            )
+    except RemoteCodeError:
+        raise
     except SafetensorError as err:
         problem = printable(str(err))
         raise OSError(f"weights in {where} are corrupted or truncated ({problem}); re-download them") from None
@@ -501,6 +596,9 @@ def load_model(
         ) from None
     except RuntimeError as err:  # transformers' size-mismatch error
         raise OSError(f"weights in {where} do not match the model's config: {printable(str(err))}") from None
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError) as err:
+        # A config value that the model's constructor cannot build from (what check_config does not know).
+        raise OSError(f"the model in {where} does not build from its config.json ({_reason(err)}); {_FIX}") from None
     unexpected = [k for k in info.get("unexpected_keys", ()) if saved or not k.startswith(_HEAD_KEYS)]
     problems = {"missing_keys": info.get("missing_keys"), "mismatched_keys": info.get("mismatched_keys")}
     problems = {k: v for k, v in problems.items() if v}
@@ -532,8 +630,12 @@ def load_tokenizer(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> An
     folder = local_folder(name_or_path)
     source = str(folder) if folder is not None else os.fspath(name_or_path)
     present = [name for name in _TOKENIZER_FILES if folder is not None and (folder / name).is_file()]
+    kwargs = _keep(hf_kwargs, _CONFIG_KWARGS)
     try:
-        return AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
+        with _no_remote_code(source):
+            return AutoTokenizer.from_pretrained(source, **kwargs)
+    except RemoteCodeError:
+        raise
     except Exception as err:  # the tokenizers library raises plain Exception for a damaged tokenizer.json
         if present:
             raise OSError(
@@ -557,12 +659,48 @@ def load_stock(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> tuple[
     from transformers import AutoModel, AutoTokenizer
 
     source = _source(name_or_path)
-    model = AutoModel.from_pretrained(source, **hf_kwargs).eval()
-    tokenizer = AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
+    with _no_remote_code(source):
+        model = AutoModel.from_pretrained(source, **_keep(hf_kwargs)).eval()
+        tokenizer = AutoTokenizer.from_pretrained(source, **_keep(hf_kwargs, _CONFIG_KWARGS))
     return model, tokenizer
 
 
-_CONFIG_KWARGS = ("revision", "gguf_file", "cache_dir", "token", "trust_remote_code", "local_files_only", "subfolder")
+class RemoteCodeError(OSError):
+    """A model folder or hub repository that needs code of its own to load: nosink never runs such code."""
+
+
+# Where a folder asks transformers to import its own code (``auto_map``), file by file.
+_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
+
+
+@contextmanager
+def _no_remote_code(source: str) -> Iterator[None]:
+    # transformers' loaders get trust_remote_code=False (see _keep): asked for code, they raise a ValueError
+    # ("... contains custom code which must be executed ...") instead of prompting on a terminal (and running
+    # the code on "y"). That ValueError becomes a RemoteCodeError.
+    try:
+        yield
+    except ValueError as err:
+        if "custom code" not in str(err):
+            raise
+        folder = Path(os.path.expanduser(source))
+        asking = [n for n in _CODE_FILES if folder.is_dir() and "auto_map" in _json_keys(folder / n)]
+        where = f" (auto_map in {', '.join(asking)})" if asking else ""
+        raise RemoteCodeError(
+            f"{printable(source)} needs code of its own to load{where}: nosink never runs code from a model folder "
+            "or hub repository; use a model whose architecture and tokenizer transformers ships"
+        ) from None
+
+
+def _json_keys(file: Path) -> set[str]:
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return set()
+    return set(value) if isinstance(value, dict) else set()
+
+
+_CONFIG_KWARGS = ("revision", "gguf_file", "cache_dir", "token", "local_files_only", "subfolder")
 
 
 def _source(name_or_path: str | os.PathLike[str]) -> str:
@@ -571,5 +709,14 @@ def _source(name_or_path: str | os.PathLike[str]) -> str:
     return str(folder) if folder is not None else os.fspath(name_or_path)
 
 
-def _keep(kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k in names}
+def _keep(kwargs: dict[str, Any], names: tuple[str, ...] | None = None) -> dict[str, Any]:
+    # What a transformers loader is given: the keyword arguments in `names` (all if None), and never leave to run
+    # code from the model's folder or repository.
+    if kwargs.get("trust_remote_code"):
+        raise ValueError(
+            "trust_remote_code=True: nosink never runs code from a model folder or hub repository; use a model "
+            "whose architecture and tokenizer transformers ships"
+        )
+    kept = {k: v for k, v in kwargs.items() if names is None or k in names}
+    kept["trust_remote_code"] = False
+    return kept

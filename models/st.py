@@ -24,7 +24,6 @@ This module imports sentence-transformers (the ``st`` extra); ``import nosink`` 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -35,11 +34,11 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Module, Normalize
 
-from nosink.layerspec.checks import positive_int
+from nosink.layerspec.checks import positive_int, printable
 
 from . import texts as _texts
 from .encoder import EncoderFromDecoder
-from .loading import write_encoder_files
+from .loading import read_json, write_encoder_files
 from .mteb_meta import mteb_meta
 from .pooling import POOLINGS, Pooling, pool
 
@@ -342,11 +341,12 @@ def load_sentence_transformer(
     built by its own ``load`` from the installed packages (never from the folder). Any other type is
     refused before anything is loaded: sentence-transformers' ``Transformer`` (which would hand the
     folder's ``config.json`` to transformers), a ``Router`` (whose routes name module types of their
-    own), or anything else. ``trust_remote_code`` is never passed, so transformers ignores an
-    ``auto_map`` in the folder's configs. The model-level settings of
+    own), or anything else. transformers is given ``trust_remote_code=False``: a folder whose configs need
+    code of their own (an ``auto_map`` naming a class transformers does not ship) is refused with
+    :class:`~nosink.models.loading.RemoteCodeError`, whatever the terminal. The model-level settings of
     ``config_sentence_transformers.json`` (``prompts``, ``default_prompt_name``,
     ``similarity_fn_name``, ``truncate_dim``) are applied as ``SentenceTransformer(folder)`` applies
-    them: an argument given here wins over the saved value.
+    them: an argument given here wins over the saved value. Every file is checked before the weights load.
 
     A plain ``SentenceTransformer(folder)`` refuses the folder (sentence-transformers 6 imports a
     module class from outside its own package only with ``trust_remote_code=True``); with that flag it
@@ -364,9 +364,12 @@ def load_sentence_transformer(
 
     Raises:
         OSError: if the folder has no readable ``modules.json``, or an unreadable
-            ``config_sentence_transformers.json``.
-        ValueError: if ``modules.json`` names a module type nosink does not write, or a module path
-            outside the folder, or the saved ``model_type`` is not ``SentenceTransformer``.
+            ``config_sentence_transformers.json`` (not JSON, nested too deeply, ...), or the encoder's
+            files do not load (see :meth:`EncoderFromDecoder.from_pretrained`).
+        ValueError: if ``modules.json`` names a module type nosink does not write, a module path outside
+            the folder, or its modules in another order than nosink writes them; if the saved
+            ``model_type`` is not ``SentenceTransformer``; for prompts that are not strings, a
+            ``default_prompt_name`` that is not a prompt, or a ``truncate_dim`` that is not a positive integer.
     """
     folder = Path(path)
     entries = _read_modules_json(folder)
@@ -390,6 +393,11 @@ def load_sentence_transformer(
     for name, prompt in (settings.get("prompts") or {}).items():
         if merged.get(name) is None:
             merged[name] = prompt
+    for name, prompt in merged.items():
+        if not isinstance(name, str) or not isinstance(prompt, str):
+            raise ValueError(
+                f"prompt {printable(repr(name))} is {printable(repr(prompt)[:200])}: prompts map names to strings"
+            )
     if default_prompt_name is None:
         default_prompt_name = settings.get("default_prompt_name")
     saved_similarity = settings.get("similarity_fn_name")
@@ -417,10 +425,9 @@ def _read_modules_json(folder: Path) -> list[dict[str, Any]]:
         ValueError: for an entry of another type (the type and the file are named), or a bad path.
     """
     file = folder / "modules.json"
-    try:
-        entries = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise OSError(f"{file} is missing or unreadable ({err}); is {folder} a sentence-transformers folder?") from None
+    if not file.is_file():
+        raise OSError(f"{file} is missing; is {folder} a sentence-transformers folder?")
+    entries = read_json(file, "save the model again with model.save(folder)")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"{file} is not a list of module entries")
     for i, entry in enumerate(entries):
@@ -438,6 +445,15 @@ def _read_modules_json(folder: Path) -> list[dict[str, Any]]:
         where = PureWindowsPath(sub)
         if where.anchor or ".." in where.parts or "\0" in sub:
             raise ValueError(f"{file}: entry {i} ({kind}) has path {sub!r}; expected a relative path inside the folder")
+    # What to_sentence_transformer() writes: the transformer, its pooling, then perhaps Normalize. Another order
+    # would load and then fail at encode() (a module without tokenize() first, a vector where tokens are due).
+    kinds = [_NOSINK_MODULES[e["type"]] for e in entries]
+    if kinds not in ([NosinkTransformer, NosinkPooling], [NosinkTransformer, NosinkPooling, Normalize]):
+        names = ", ".join(k.__name__ for k in kinds)
+        raise ValueError(
+            f"{file} lists the modules {names}; a nosink model is NosinkTransformer, NosinkPooling and "
+            "optionally Normalize, in that order: save the model again with model.save(folder)"
+        )
     return entries
 
 
@@ -451,15 +467,27 @@ def _read_st_config(folder: Path) -> dict[str, Any]:
     file = folder / "config_sentence_transformers.json"
     if not file.is_file():
         return {}
-    try:
-        settings = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise OSError(f"{file} is unreadable ({err})") from None
+    settings = read_json(file, "save the model again with model.save(folder)")
     if not isinstance(settings, dict):
         raise OSError(f"{file} is not a JSON object")
     kind = settings.get("model_type", "SentenceTransformer")
     if kind != "SentenceTransformer":
         raise ValueError(f"{file} names model_type {kind!r}; nosink writes SentenceTransformer folders only")
+    prompts = settings.get("prompts")
+    if prompts is not None and not (isinstance(prompts, dict) and all(isinstance(v, str) for v in prompts.values())):
+        raise ValueError(f"{file}: 'prompts' must map prompt names to strings, got {printable(repr(prompts)[:200])}")
+    default = settings.get("default_prompt_name")
+    if default is not None and not (isinstance(default, str) and default in (prompts or {})):
+        raise ValueError(
+            f"{file}: 'default_prompt_name' {printable(repr(default)[:200])} is not one of its prompts "
+            f"({', '.join(map(repr, prompts or {})) or 'none'})"
+        )
+    truncate = settings.get("truncate_dim")
+    if truncate is not None:
+        try:
+            positive_int(truncate, "'truncate_dim'")
+        except ValueError as err:
+            raise ValueError(f"{file}: {err}") from None
     return settings
 
 

@@ -10,9 +10,11 @@ The layer-spec language lives in :mod:`nosink.layerspec`, the encoder module in
 from nosink.layerspec import Spec, SpecError, parse_spec, presets
 from nosink.models import EncoderFromDecoder, UnsupportedModelError
 from nosink.models.corpus import encode_corpus, load_corpus_embeddings
+from nosink.models.loading import RemoteCodeError
 
 __all__ = [
     "EncoderFromDecoder",
+    "RemoteCodeError",
     "Spec",
     "SpecError",
     "UnsupportedModelError",

@@ -14,6 +14,7 @@ import pytest
 import torch
 from tiny import tiny_decoder, tiny_tokenizer
 
+import nosink
 from nosink import EncoderFromDecoder, SpecError, UnsupportedModelError
 
 
@@ -639,3 +640,116 @@ def test_a_sink_token_that_is_not_a_token_is_refused_at_load_naming_the_file(tmp
     assert EncoderFromDecoder.from_pretrained(tmp_path, sink_token="none").sink_token == "none"
     with pytest.raises(ValueError, match=r"^sink_token '<nope>' is not a token of this tokenizer"):
         EncoderFromDecoder.from_pretrained(tmp_path, sink_token="<nope>")
+
+
+# ---------------------------------------------------------------- no code from a model folder, clear load errors
+
+
+def _evil_tokenizer(folder: Path, marker: Path) -> None:
+    """A tokenizer_config.json whose auto_map names a class in the folder's own code, which writes ``marker``."""
+    (folder / "evil_tok.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\nclass EvilTok(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    file = folder / "tokenizer_config.json"
+    config = json.loads(file.read_text()) | {"auto_map": {"AutoTokenizer": [None, "evil_tok.EvilTok"]}}
+    file.write_text(json.dumps(config | {"tokenizer_class": "EvilTok"}))
+
+
+@pytest.fixture
+def says_yes(tmp_path, monkeypatch):
+    """A terminal that answers "y" to transformers' "Do you wish to run the custom code?"; the questions asked."""
+    import transformers.dynamic_module_utils as dynamic
+
+    monkeypatch.setattr(dynamic, "HF_MODULES_CACHE", str(tmp_path / "hf_modules"))  # never the user's cache
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "y")
+    return asked
+
+
+def test_a_folder_whose_tokenizer_needs_its_own_code_is_refused_without_asking(tmp_path, says_yes):
+    folder, marker = tmp_path / "enc", tmp_path / "marker"
+    _old().save_pretrained(folder)
+    _evil_tokenizer(folder, marker)
+    with pytest.raises(OSError, match=r"needs code of its own to load \(auto_map in tokenizer_config\.json\)") as err:
+        EncoderFromDecoder.from_pretrained(folder)
+    assert isinstance(err.value, nosink.RemoteCodeError)
+    assert says_yes == [] and not marker.exists()
+
+
+def test_a_config_that_needs_its_own_code_is_refused(tmp_path, says_yes):
+    folder, marker = tmp_path / "enc", tmp_path / "marker"
+    _old().save_pretrained(folder)
+    (folder / "evil.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n")
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"model_type": "evil", "auto_map": {"AutoConfig": "evil.EvilConfig", "AutoModel": "evil.EvilModel"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    for spec in (None, "F*"):
+        with pytest.raises(nosink.RemoteCodeError, match=r"\(auto_map in config\.json\): nosink never runs code"):
+            EncoderFromDecoder.from_pretrained(folder, spec)
+    assert says_yes == [] and not marker.exists()
+
+
+def test_trust_remote_code_is_refused(tmp_path):
+    _old().save_pretrained(tmp_path / "enc")
+    with pytest.raises(ValueError, match="trust_remote_code=True: nosink never runs code from a model folder"):
+        EncoderFromDecoder.from_pretrained(tmp_path / "enc", trust_remote_code=True)
+
+
+def _nested(text="["):
+    return text * 100_000 + {"[": "]", "{": "}"}[text] * 100_000
+
+
+CONFIG_PROBLEMS = {
+    "hidden_act": ({"hidden_act": "bogus"}, r"config\.json: hidden_act 'bogus' is not an activation"),
+    "dtype": ({"dtype": "float99"}, r"config\.json: dtype 'float99' is not a torch dtype"),
+    "torch_dtype": ({"torch_dtype": "float99"}, r"config\.json: torch_dtype 'float99' is not a torch dtype"),
+    "heads": ({"num_attention_heads": 3}, r"config\.json does not load: .*hidden size \(32\) is not a multiple"),
+    "layers": ({"num_hidden_layers": "4"}, r"config\.json does not load: .*'num_hidden_layers' expected int"),
+    "rope": ({"rope_parameters": {"rope_type": "nonsense"}}, r"config\.json: rope_parameters has rope_type 'nonsense'"),
+    "no model_type": ({"model_type": None}, r"config\.json does not load: .*model_type"),
+}
+
+
+@pytest.mark.parametrize("problem", CONFIG_PROBLEMS)
+def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_weights_load(tmp_path, problem):
+    folder = tmp_path / "enc"
+    _old().save_pretrained(folder)
+    change, message = CONFIG_PROBLEMS[problem]
+    config = json.loads((folder / "config.json").read_text()) | change
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    (folder / "model.safetensors").write_bytes(b"")  # so that reaching the weights would be another error
+    with pytest.raises(OSError, match=re.escape(str(folder)) + ".*" + message):
+        EncoderFromDecoder.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "message"),
+    [
+        ("nosink.json", _nested(), r"nosink\.json is nested too deeply to read as JSON; re-save the encoder"),
+        ("config.json", _nested("{"), r"config\.json is not valid JSON"),
+        ("config.json", _nested(), r"config\.json is nested too deeply to read as JSON"),
+        ("config.json", "[1, 2]", r"config\.json is not a JSON object"),
+        ("config.json", b"\xff\xfe{}", r"config\.json is not UTF-8 text"),
+    ],
+)
+def test_a_damaged_json_file_is_an_oserror_naming_it(tmp_path, file, content, message):
+    folder = tmp_path / "enc"
+    _old().save_pretrained(folder)
+    if isinstance(content, bytes):
+        (folder / file).write_bytes(content)
+    else:
+        (folder / file).write_text(content)
+    with pytest.raises(OSError, match=message):
+        EncoderFromDecoder.from_pretrained(folder)
+
+
+def test_a_save_through_a_dangling_link_is_refused_and_creates_nothing(tmp_path):
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere" / "zzz")
+    with pytest.raises(FileNotFoundError, match=r"link\b.* is a link to .*nowhere.*zzz, which does not exist"):
+        _old().save_pretrained(tmp_path / "link")
+    assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "dir-link").symlink_to(tmp_path / "gone")  # a link on the way to the folder
+    with pytest.raises(FileNotFoundError, match="which does not exist"):
+        _old().save_pretrained(tmp_path / "dir-link" / "enc")
+    assert not (tmp_path / "gone").exists()

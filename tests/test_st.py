@@ -469,3 +469,61 @@ def test_real_smollm2_through_run_mteb_scores_like_nosinks_own_mteb_encoder(smol
     assert st_score == pytest.approx(own_score, abs=1e-4)
     (file,) = (tmp_path / "st").rglob("STSBenchmark.json")
     assert "nosink__" in str(file) and "spec_F" in str(file)
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [[2], [1, 0], [0], [0, 2, 1], [0, 1, 2, 2]],
+    ids=["only Normalize", "Pooling first", "no pooling", "Normalize before Pooling", "twice"],
+)
+def test_load_refuses_modules_in_an_order_nosink_does_not_write(tmp_path, keep):
+    # each of these loaded before and failed only at encode() (AttributeError: ... tokenize)
+    to_sentence_transformer(make(), normalize=True).save(str(tmp_path))
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    (tmp_path / "modules.json").write_text(json.dumps([modules[i] | {"idx": n} for n, i in enumerate(keep)]))
+    with pytest.raises(ValueError, match=r"modules\.json lists the modules .*NosinkTransformer, NosinkPooling and"):
+        load_sentence_transformer(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"prompts": {"q": 5}}, r"'prompts' must map prompt names to strings"),
+        ({"prompts": ["q"]}, r"'prompts' must map prompt names to strings"),
+        ({"prompts": {"q": "x"}, "default_prompt_name": "p"}, r"'default_prompt_name' 'p' is not one of its prompts"),
+        ({"truncate_dim": -3}, r"'truncate_dim' must be a positive integer, got -3"),
+    ],
+)
+def test_load_refuses_saved_settings_that_would_fail_at_encode(tmp_path, settings, message):
+    to_sentence_transformer(make(), PROMPTS).save(str(tmp_path))
+    file = tmp_path / "config_sentence_transformers.json"
+    file.write_text(json.dumps(json.loads(file.read_text()) | settings))
+    with pytest.raises(ValueError, match=re.escape(str(file)) + ": " + message):
+        load_sentence_transformer(tmp_path)
+
+
+def test_load_refuses_a_prompt_argument_that_is_not_a_string(tmp_path):
+    to_sentence_transformer(make(), PROMPTS).save(str(tmp_path))
+    with pytest.raises(ValueError, match=r"prompt 'q' is 5: prompts map names to strings"):
+        load_sentence_transformer(tmp_path, prompts={"q": 5})
+
+
+@pytest.mark.parametrize("file", ["modules.json", "config_sentence_transformers.json"])
+def test_load_says_which_file_is_nested_too_deeply(tmp_path, file):
+    to_sentence_transformer(make(), PROMPTS).save(str(tmp_path))
+    (tmp_path / file).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(OSError, match=re.escape(file) + " is nested too deeply to read as JSON"):
+        load_sentence_transformer(tmp_path)
+
+
+def test_load_refuses_a_tokenizer_that_needs_its_own_code_without_asking(tmp_path, hf_modules, monkeypatch):
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "y")
+    to_sentence_transformer(make(), PROMPTS).save(str(tmp_path))
+    (tmp_path / "evil_tok.py").write_text(f"from pathlib import Path\nPath({str(tmp_path / 'marker')!r}).touch()\n")
+    file = tmp_path / "tokenizer_config.json"
+    config = json.loads(file.read_text()) | {"auto_map": {"AutoTokenizer": [None, "evil_tok.EvilTok"]}}
+    file.write_text(json.dumps(config | {"tokenizer_class": "EvilTok"}))
+    with pytest.raises(nosink.RemoteCodeError, match=r"auto_map in tokenizer_config\.json"):
+        load_sentence_transformer(tmp_path)
+    assert asked == [] and not (tmp_path / "marker").exists()
