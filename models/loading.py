@@ -494,7 +494,8 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
             f"{file} is not a local folder, and as a hub model id it could not be loaded: "
             f"{printable(str(err))}{interrupted_save(Path(os.path.expanduser(source)))}"
         ) from None
-    except (StrictDataclassError, KeyError, AttributeError, TypeError) as err:  # a field of a bad type or value
+    except (StrictDataclassError, KeyError, AttributeError, TypeError, ArithmeticError, AssertionError) as err:
+        # a field of a bad type or value (a count of 0 divides by zero in transformers' own checks)
         raise OSError(f"{file} does not load: {_reason(err)}; {_FIX}") from None
     check_config(config, file)
     return config
@@ -511,7 +512,8 @@ def check_config(config: Any, file: str) -> None:
         file: how the config's file is named in messages.
 
     Raises:
-        OSError: naming the file, the field and its value: an activation or a rope type transformers does not know.
+        OSError: naming the file, the field and its value: an activation or a rope type transformers does not
+            know, a sliding window that is not a positive integer.
     """
     from transformers.activations import ACT2FN
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -523,6 +525,9 @@ def check_config(config: Any, file: str) -> None:
                 f"{file}: {name} {printable(repr(act))} is not an activation transformers knows "
                 f"(e.g. 'silu', 'gelu_pytorch_tanh'); {_FIX}"
             )
+    window = getattr(config, "sliding_window", None)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise OSError(f"{file}: sliding_window {printable(repr(window))} is not a positive integer or null; {_FIX}")
     rope = getattr(config, "rope_parameters", None)
     # One dict, or one per layer type (Gemma3: full_attention and sliding_attention).
     ropes = [rope] if isinstance(rope, dict) and "rope_type" in rope else list((rope or {}).values())
@@ -596,7 +601,7 @@ def load_model(
         ) from None
     except RuntimeError as err:  # transformers' size-mismatch error
         raise OSError(f"weights in {where} do not match the model's config: {printable(str(err))}") from None
-    except (KeyError, AttributeError, TypeError, ValueError, IndexError) as err:
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError, ArithmeticError, AssertionError) as err:
         # A config value that the model's constructor cannot build from (what check_config does not know).
         raise OSError(f"the model in {where} does not build from its config.json ({_reason(err)}); {_FIX}") from None
     unexpected = [k for k in info.get("unexpected_keys", ()) if saved or not k.startswith(_HEAD_KEYS)]

@@ -708,6 +708,8 @@ CONFIG_PROBLEMS = {
     "layers": ({"num_hidden_layers": "4"}, r"config\.json does not load: .*'num_hidden_layers' expected int"),
     "rope": ({"rope_parameters": {"rope_type": "nonsense"}}, r"config\.json: rope_parameters has rope_type 'nonsense'"),
     "no model_type": ({"model_type": None}, r"config\.json does not load: .*model_type"),
+    "no heads": ({"num_attention_heads": 0}, r"config\.json does not load: ZeroDivisionError"),
+    "window": ({"sliding_window": -1}, r"config\.json: sliding_window -1 is not a positive integer or null"),
 }
 
 
@@ -720,6 +722,29 @@ def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_w
     (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
     (folder / "model.safetensors").write_bytes(b"")  # so that reaching the weights would be another error
     with pytest.raises(OSError, match=re.escape(str(folder)) + ".*" + message):
+        EncoderFromDecoder.from_pretrained(folder)
+
+
+# Values that transformers' config accepts and the model's constructor then fails on.
+BUILD_PROBLEMS = {
+    "no kv heads": ({"num_key_value_heads": 0}, r"ZeroDivisionError"),
+    "no head_dim": ({"head_dim": 0}, r"ZeroDivisionError"),
+    "pad_token_id": ({"pad_token_id": 10**12}, r"AssertionError: Padding_idx must be within num_embeddings"),
+}
+
+
+@pytest.mark.parametrize("problem", BUILD_PROBLEMS)
+def test_a_config_value_the_model_cannot_be_built_from_is_an_oserror_naming_the_folder(tmp_path, problem):
+    folder = tmp_path / "enc"
+    _old().save_pretrained(folder)
+    change, message = BUILD_PROBLEMS[problem]
+    config = json.loads((folder / "config.json").read_text()) | change
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        OSError, match=rf"the model in {re.escape(str(folder))} does not build from its config\.json \("
+    ):
+        EncoderFromDecoder.from_pretrained(folder)
+    with pytest.raises(OSError, match=message):
         EncoderFromDecoder.from_pretrained(folder)
 
 
