@@ -682,7 +682,8 @@ def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
             if line.startswith("serving "):
                 break
             before.append(line)
-        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1\n", before
+        no_key = "no API key: anyone who can reach the port can use it"
+        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1 ({no_key})\n", before
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         conn.request("GET", "/health")  # at once, no retry: the server listens before it says so
         assert conn.getresponse().status == 200
@@ -728,6 +729,46 @@ def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd,
     with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
         run(app, port=0, on_started=urls.append)
     assert len(urls) == 2 and "ERROR" not in capfd.readouterr().err  # held back: the exception says it
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [(["--api-key", ""], None, "--api-key"), (["--api-key", "  "], None, "--api-key"), ([], "", "$NOSINK_API_KEY")],
+    ids=["empty --api-key", "blank --api-key", "empty NOSINK_API_KEY"],
+)
+def test_cli_serve_refuses_an_empty_api_key_before_loading_the_model(tmp_path, capsys, monkeypatch, argv, env, named):
+    from nosink.cli import main
+
+    # `--api-key "$KEY"` with KEY unset gives "": that must not mean "serve without a key".
+    loaded, served = [], []
+    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    if env is None:
+        monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("NOSINK_API_KEY", env)
+    folder = _saved_chat_model(tmp_path / "m")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 1
+    assert loaded == [] and served == []
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith(f"nosink: error: {named} is empty") and "without one" in err[0], err
+
+
+def test_cli_serve_says_whether_an_api_key_is_required(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+
+    monkeypatch.setattr(nosink.serve, "run", lambda app, on_started, **kwargs: on_started("http://127.0.0.1:1"))
+    folder = _saved_chat_model(tmp_path / "m")
+    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    for argv, said in [
+        ([], "no API key: anyone who can reach the port can use it"),
+        (["--api-key", "k"], "API key required"),
+    ]:
+        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 0
+        assert _errors(capsys.readouterr().err) == [f"serving m (spec {SPEC}, chat) on http://127.0.0.1:1/v1 ({said})"]
+    monkeypatch.setenv("NOSINK_API_KEY", "from-env")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 0
+    assert _errors(capsys.readouterr().err)[-1].endswith("(API key required)")
 
 
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
