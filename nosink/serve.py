@@ -440,13 +440,20 @@ def _inputs(rows: Sequence[tuple[_EmbedJob, int]]) -> _texts.Tokenized:
 
 
 def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generator | None) -> int:
-    """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p."""
+    """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p.
+
+    Safe for every temperature in (0, 2] and top_p in (0, 1]: the logits are shifted so that their
+    maximum is 0 before dividing, in float64, so a tiny temperature sends the others to -inf (their
+    probability 0) and never makes inf - inf = NaN; the most likely token always survives top_p.
+    """
     if sampling.temperature == 0:
         return int(logits.argmax())
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # (V,)
+    logits = logits.double()
+    probs = torch.softmax((logits - logits.max()) / sampling.temperature, dim=-1)  # (V,)
     if sampling.top_p < 1:
         sorted_probs, order = probs.sort(descending=True)
-        outside = sorted_probs.cumsum(0) - sorted_probs >= sampling.top_p  # the first token always stays
+        outside = sorted_probs.cumsum(0) - sorted_probs >= sampling.top_p
+        outside[0] = False  # kept even where top_p rounds to 0 next to the probabilities
         sorted_probs[outside] = 0
         probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
@@ -479,12 +486,20 @@ def _field(data: dict, name: str, kinds: tuple[type, ...], what: str, default: A
     return value
 
 
+def _shown(value: Any) -> str:
+    """A client's value as quoted in a message: its repr, escaped and cut (a JSON integer may have 4300 digits)."""
+    text = printable(repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _number(data: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = float(_field(data, name, (int, float), "a number", default))
-    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+    value = _field(data, name, (int, float), "a number", default)
+    # Compared before float(): a huge JSON integer is out of range, not an OverflowError (NaN fails every test).
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if not (finite and low <= value <= high) or (low_open and value == low):
         bound = f"{'>' if low_open else '>='} {low:g} and <= {high:g}"
-        raise ApiError(400, f"'{name}' must be {bound}, got {printable(repr(value))}", "invalid_value", name)
-    return value
+        raise ApiError(400, f"'{name}' must be {bound}, got {_shown(value)}", "invalid_value", name)
+    return float(value)
 
 
 def _texts_of(data: dict, most: int) -> list[str]:
@@ -527,7 +542,8 @@ def _embedding_options(data: dict, width: int, prompts: dict[str, str]) -> tuple
         raise ApiError(400, message, "invalid_value", "encoding_format")
     dims = _field(data, "dimensions", (int,), "an integer", width)
     if not 1 <= dims <= width:
-        raise ApiError(400, f"'dimensions' must be from 1 to {width}, got {dims}", "invalid_value", "dimensions")
+        message = f"'dimensions' must be from 1 to {width}, got {_shown(dims)}"
+        raise ApiError(400, message, "invalid_value", "dimensions")
     prompt_name = _field(data, "prompt_name", (str,), "a string", None)
     if prompt_name is None:
         return fmt, dims, None
@@ -596,7 +612,7 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
     if not 1 <= max_tokens <= limits.max_new_tokens:
         raise ApiError(
             400,
-            f"'max_tokens' must be from 1 to {limits.max_new_tokens}, got {max_tokens}",
+            f"'max_tokens' must be from 1 to {limits.max_new_tokens}, got {_shown(max_tokens)}",
             "invalid_value",
             "max_tokens",
         )
@@ -614,10 +630,10 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
         raise ApiError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "invalid_value", "stop")
     seed = _field(data, "seed", (int,), "an integer", None)
     if seed is not None and not 0 <= seed < 2**63:
-        raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {seed}", "invalid_value", "seed")
+        raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {_shown(seed)}", "invalid_value", "seed")
     n = _field(data, "n", (int,), "an integer", 1)
     if n != 1:
-        raise ApiError(400, f"'n' must be 1 (one answer per request), got {n}", "unsupported_value", "n")
+        raise ApiError(400, f"'n' must be 1 (one answer per request), got {_shown(n)}", "unsupported_value", "n")
     return _Sampling(
         max_tokens=max_tokens,
         temperature=_number(data, "temperature", 1.0, 0.0, 2.0),

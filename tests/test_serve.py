@@ -9,6 +9,7 @@ import base64
 import http.client
 import json
 import logging
+import math
 import re
 import signal
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -85,6 +88,16 @@ def _raw(server, method, path, body=b"", headers=None):
     data = response.read()
     conn.close()
     return response.status, json.loads(data)
+
+
+def _raw_text(server, path, body):
+    """``(status, body text)`` of a POST: a stream's body is not one JSON document."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {KEY}"})
+    response = conn.getresponse()
+    data = response.read().decode()
+    conn.close()
+    return response.status, data
 
 
 def _encode(server, texts, instruction=None):
@@ -199,6 +212,65 @@ def test_seeded_sampling_repeats_and_top_p_narrows(server, client):
     assert ask(temperature=1.5, top_p=1e-6, seed=3) == greedy  # only the most likely token survives
 
 
+def test_sampling_is_safe_across_the_documented_ranges(server, client):
+    def ask(**kw):
+        return (
+            client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=6, **kw).choices[0].message.content
+        )
+
+    greedy = ask(temperature=0)
+    # At the small ends of the ranges sampling is greedy, not inf/NaN (a 500 before).
+    for tiny in (1e-300, 5e-324):
+        assert ask(temperature=tiny, seed=1) == greedy
+        assert ask(temperature=2, top_p=tiny, seed=1) == greedy
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    logits=st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False) | st.just(-math.inf), min_size=1),
+    temperature=st.just(0.0) | st.floats(0, 2, exclude_min=True),
+    top_p=st.floats(0, 1, exclude_min=True),
+    seed=st.integers(0, 2**63 - 1),
+)
+def test_sample_gives_a_possible_token_for_any_temperature_and_top_p(logits, temperature, top_p, seed):
+    row = torch.tensor(logits, dtype=torch.float32)
+    assume(row.max() > -math.inf)  # a model gives at least one finite logit
+    sampling = nosink.serve._Sampling(max_tokens=1, temperature=temperature, top_p=top_p, stop=(), seed=seed)
+    token = nosink.serve._sample(row, sampling, torch.Generator().manual_seed(seed))
+    assert 0 <= token < len(logits) and row[token] > -math.inf  # a token that can be sampled at all
+    if temperature < 1e-100 or top_p < 1e-100:  # so narrow that only a most likely token is left
+        assert row[token] == row.max()
+
+
+# Every JSON value a client can send in a field: huge integers, floats (NaN, Infinity, 1e-300), bools, ...
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(-(10**400), 10**400)
+    | st.floats()
+    | st.sampled_from([1e-300, 5e-324, 10.0**300, 10**400, 2**63, -(2**63)])
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=5,
+)
+CHAT_FIELDS = ["temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "n", "stop", "stream"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.dictionaries(st.sampled_from(CHAT_FIELDS), JSON_VALUES, max_size=3))
+@example(fields={"temperature": 10**400})
+@example(fields={"temperature": 1e-300, "top_p": 5e-324})
+def test_any_value_of_a_chat_field_is_served_or_refused_with_400(server, fields):
+    body = {**OK_CHAT, "max_tokens": 1, **fields}
+    if isinstance(body.get("max_tokens"), int) and not isinstance(body["max_tokens"], bool):
+        body["max_tokens"] = min(max(body["max_tokens"], -1), 3)  # keep generations short; 0 and -1 still refused
+    status, got = _raw_text(server, "/v1/chat/completions", json.dumps(body).encode())
+    assert status in (200, 400), (status, got[:300])
+    if status == 400:
+        assert json.loads(got)["error"]["type"] == "invalid_request_error"
+
+
 def test_models_and_health(server, client):
     (card,) = client.models.list().data
     assert card.id == "tiny" and card.owned_by == "nosink"
@@ -262,6 +334,12 @@ BAD = [
     ("chat: seed negative", "/v1/chat/completions", {**OK_CHAT, "seed": -1}, {}, 400, "invalid_value"),
     ("chat: temperature infinite", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "temperature": 1e999}', {}, 400, "invalid_value"),  # noqa: E501
     ("chat: n 2", "/v1/chat/completions", {**OK_CHAT, "n": 2}, {}, 400, "unsupported_value"),
+    ("chat: temperature 400 digits", "/v1/chat/completions", {**OK_CHAT, "temperature": 10**400}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: top_p 400 digits", "/v1/chat/completions", {**OK_CHAT, "top_p": -(10**400)}, {}, 400, "invalid_value"),
+    ("chat: top_p a bool", "/v1/chat/completions", {**OK_CHAT, "top_p": True}, {}, 400, "invalid_type"),
+    ("chat: max_tokens 400 digits", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 10**400}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: seed Infinity", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "seed": Infinity}', {}, 400, "invalid_type"),  # noqa: E501
+    ("dimensions 400 digits", "/v1/embeddings", {**OK_EMBED, "dimensions": 10**400}, {}, 400, "invalid_value"),
     ("chat: five stops", "/v1/chat/completions", {**OK_CHAT, "stop": list("abcde")}, {}, 400, "invalid_value"),
     ("chat: empty stop", "/v1/chat/completions", {**OK_CHAT, "stop": ""}, {}, 400, "invalid_value"),
     ("chat: stream a string", "/v1/chat/completions", {**OK_CHAT, "stream": "yes"}, {}, 400, "invalid_type"),
