@@ -502,6 +502,17 @@ def _number(data: dict, name: str, default: float, low: float, high: float, low_
     return float(value)
 
 
+def _unicode(text: str, where: str, param: str) -> str:
+    """``text`` if it is valid Unicode; else a 400 naming ``where`` (``input[3]``) and the lone surrogate.
+
+    JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which no tokenizer takes.
+    """
+    try:
+        return _texts.check_unicode(text, where)
+    except ValueError as err:
+        raise ApiError(400, printable(str(err)), "invalid_input", param) from None
+
+
 def _texts_of(data: dict, most: int) -> list[str]:
     raw = data.get("input")
     if raw is None:
@@ -527,6 +538,7 @@ def _texts_of(data: dict, most: int) -> list[str]:
             raise ApiError(400, f"'input[{i}]' must be a string, got {type(text).__name__}", "invalid_type", "input")
         if not text:
             raise ApiError(400, f"'input[{i}]' is an empty string: it has nothing to embed", "empty_input", "input")
+        _unicode(text, f"input[{i}]" if isinstance(data["input"], list) else "input", "input")
     if len(raw) > most:
         raise ApiError(
             413, f"{len(raw)} inputs in one request; this server takes at most {most}", "too_many_inputs", "input"
@@ -591,15 +603,16 @@ def _messages_of(data: dict) -> list[dict[str, str]]:
             )
         if isinstance(content, list):  # OpenAI's content parts: only text is understood here
             parts = []
-            for part in content:
+            for j, part in enumerate(content):
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise ApiError(400, f"'{where}.content' may hold only text parts", "unsupported_content", where)
-                parts.append(part["text"])
+                parts.append(_unicode(part["text"], f"{where}.content[{j}].text", where))
             content = "".join(parts)
         if not isinstance(content, str):
             raise ApiError(
                 400, f"'{where}.content' must be a string, got {type(content).__name__}", "invalid_type", where
             )
+        _unicode(content, f"{where}.content", where)
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     return messages
 
@@ -628,6 +641,8 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
         raise ApiError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "invalid_value", "stop")
+    for i, text in enumerate(stops):
+        _unicode(text, f"stop[{i}]" if isinstance(stop, list) else "stop", "stop")
     seed = _field(data, "seed", (int,), "an integer", None)
     if seed is not None and not 0 <= seed < 2**63:
         raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {_shown(seed)}", "invalid_value", "seed")

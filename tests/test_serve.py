@@ -393,6 +393,38 @@ def test_the_guide_lists_every_error_the_server_sends():
     assert listed == sent, f"not in the guide: {sorted(sent - listed)}; not sent: {sorted(listed - sent)}"
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "named", "param"),
+    [
+        ("/v1/embeddings", {**OK_EMBED, "input": ["the cat", "a\ud800b"]}, "input[1]", "input"),
+        ("/v1/embeddings", {**OK_EMBED, "input": "\udfff"}, "input", "input"),
+        ("/v1/embeddings", {**OK_EMBED, "input": ["x\udc80"], "prompt_name": "query"}, "input[0]", "input"),
+        (
+            "/v1/chat/completions",
+            {**OK_CHAT, "messages": [*CHAT, {"role": "user", "content": "\ud83d"}]},
+            "messages[1].content",
+            "messages[1]",
+        ),
+        (
+            "/v1/chat/completions",
+            {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "a\ud800"}]}]},
+            "messages[0].content[0].text",
+            "messages[0]",
+        ),
+        ("/v1/chat/completions", {**OK_CHAT, "stop": ["the", "\ud800"]}, "stop[1]", "stop"),
+        ("/v1/chat/completions", {**OK_CHAT, "stop": "\ud800"}, "stop", "stop"),
+    ],
+    ids=["input item", "input string", "input with a prompt", "message", "content part", "stop item", "stop string"],
+)
+def test_a_lone_surrogate_is_a_400_naming_the_text(server, path, body, named, param):
+    # json.dumps writes "\ud800" escapes, which the server's json.loads decodes to lone surrogates.
+    status, got = _raw(server, "POST", path, body)
+    assert status == 400, got
+    error = got["error"]
+    assert (error["code"], error["param"]) == ("invalid_input", param)
+    assert error["message"].startswith(f"{named} holds a lone surrogate (U+"), error["message"]
+
+
 def test_messages_quote_client_input_without_control_characters(server):
     status, got = _raw(server, "POST", "/v1/embeddings", {**OK_EMBED, "model": "x\x1b]0;pwned\x07"})
     assert status == 404
