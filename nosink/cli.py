@@ -704,6 +704,14 @@ def _serve_parser(sub: Any) -> None:
                    help="tokens per text, sink and prompt included")  # fmt: skip
     s.add_argument("--batch-size", type=count_arg(), default=8,
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+    s.add_argument("--header-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                   help="time for a request's headers, else 408 and the connection closed (default 10)")  # fmt: skip
+    s.add_argument("--body-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="time for a request's body after its headers, else 408 (default 30)")  # fmt: skip
+    s.add_argument("--max-connections-per-client", type=count_arg(), default=64,
+                   help="open connections from one IP address, more are refused with 503 (default 64)")  # fmt: skip
+    s.add_argument("--max-connections", type=count_arg(), default=512,
+                   help="open connections in all, more are refused with 503 (default 512)")  # fmt: skip
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -723,7 +731,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
         limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
-                        batch_size=args.batch_size)  # fmt: skip
+                        batch_size=args.batch_size, header_timeout_s=args.header_timeout,
+                        body_timeout_s=args.body_timeout, max_connections=args.max_connections,
+                        max_connections_per_client=args.max_connections_per_client)  # fmt: skip
         app = create_app(model, tokenizer, args.spec, name=args.name, chat=not args.no_chat, prompts=prompts,
                          api_key=api_key, limits=limits)  # fmt: skip
         what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"

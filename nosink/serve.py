@@ -28,7 +28,9 @@ computed (and between its batches), and a generation stops at its next token.
 
 **Starting.** :func:`bind` binds the address before anything slow happens (the command line binds it
 before loading the model), :func:`run` serves on those sockets and says when the server accepts
-connections; a failed start is one ``OSError``.
+connections; a failed start is one ``OSError``. The HTTP server times out requests whose headers or
+body do not arrive in time (408) and caps open connections per client address and in all (503), as
+``Limits`` says.
 
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
@@ -90,13 +92,20 @@ class Limits:
     default_max_tokens: int = 256  # max_tokens when a chat request gives none
     max_active_chats: int = 4  # generations decoded side by side; more wait their turn
     max_queue: int = 1024  # requests waiting for the worker (more: 503)
+    # Slow or idle clients (enforced by the HTTP server of run() and ServerThread, see _guarded):
+    header_timeout_s: float = 10.0  # a request's headers, from its first byte (or the connection): else 408, closed
+    body_timeout_s: float = 30.0  # a request's body, from the end of its headers: else 408, closed
+    max_connections_per_client: int = 64  # open connections from one IP address (more: 503, closed)
+    max_connections: int = 512  # open connections in all (more: 503, closed)
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"Limits.{name} must be a non-negative number, got {printable(repr(value))}")
-            if name != "batch_wait_ms":
+            if name.endswith("_s") and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"Limits.{name} must be a positive number of seconds, got {printable(repr(value))}")
+            if name != "batch_wait_ms" and not name.endswith("_s"):
                 positive_int(value, f"Limits.{name}")
 
 
@@ -795,6 +804,7 @@ def create_app(
 
     app = FastAPI(title="nosink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.encoder, app.state.model, app.state.worker, app.state.name = encoder, model, worker, name
+    app.state.limits = limits  # the HTTP server's timeouts and connection caps are read from here
 
     @app.exception_handler(ApiError)
     async def api_error(request: Any, err: ApiError) -> Any:
@@ -1045,6 +1055,108 @@ def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
     return sockets
 
 
+def _refusal(status: int, reason: str, error: ApiError) -> bytes:
+    """A whole HTTP/1.1 answer with ``error``'s JSON body that closes the connection, written outside the parser."""
+    body = json.dumps(error.body()).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _guarded(base: type, limits: Limits) -> type:
+    """uvicorn's HTTP protocol class ``base`` with time limits on slow requests and caps on open connections.
+
+    uvicorn times out idle keep-alive connections only: a client that sends part of its headers, or
+    headers and then no body, would hold its connection (and a file descriptor) forever. Each
+    connection of the returned class
+
+    - has ``limits.header_timeout_s`` for a request's headers, counted from the connection (first
+      request) or from the first byte of the request (later ones; uvicorn's keep-alive timeout covers
+      the idle time between requests), and then ``limits.body_timeout_s`` for the body, counted from the
+      end of the headers: a late request is answered 408 and its connection closed;
+    - is refused (503, closed) beyond ``limits.max_connections_per_client`` open connections from its
+      peer's IP address, or ``limits.max_connections`` in all.
+
+    Headers are complete when uvicorn starts a new request cycle (``self.cycle``), the body when that
+    cycle has no more body to come: the same for uvicorn's h11 and httptools protocols. The counts
+    belong to the class: build one class per server.
+    """
+    open_per_client: dict[str, int] = {}
+    open_connections = [0]
+
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        _peer: str | None = None  # set once the connection is counted
+        _timer: asyncio.TimerHandle | None = None
+        _timed: Any = None  # the request cycle whose body is timed
+        _headers_due = False  # a request's headers are being waited for, under the header timeout
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            peer = self.client[0] if self.client else ""
+            if open_connections[0] >= limits.max_connections:
+                self._refuse(f"the server has {limits.max_connections} open connections, its limit")
+            elif open_per_client.get(peer, 0) >= limits.max_connections_per_client:
+                self._refuse(f"{limits.max_connections_per_client} connections from {peer} are open, the limit")
+            else:
+                self._peer = peer
+                open_per_client[peer] = open_per_client.get(peer, 0) + 1
+                open_connections[0] += 1
+                self._headers_due = True
+                self._arm(limits.header_timeout_s)
+
+        def _refuse(self, why: str) -> None:
+            error = ApiError(503, f"{why}; retry later", "too_many_connections", kind="server_error")
+            self.transport.write(_refusal(503, "Service Unavailable", error))
+            self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._arm(None)
+            if self._peer is not None:
+                open_connections[0] -= 1
+                open_per_client[self._peer] -= 1
+                if not open_per_client[self._peer]:
+                    del open_per_client[self._peer]
+                self._peer = None
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._headers_due and (self.cycle is None or self.cycle.response_complete):
+                self._headers_due = True  # the first bytes of the next request
+                self._arm(limits.header_timeout_s)
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not None and cycle is not self._timed:  # a request's headers are complete
+                self._timed, self._headers_due = cycle, False
+                self._arm(limits.body_timeout_s if cycle.more_body else None)
+            elif cycle is not None and not cycle.more_body and not self._headers_due:
+                self._arm(None)  # its body is complete
+
+        def _arm(self, seconds: float | None) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None if seconds is None else self.loop.call_later(seconds, self._late)
+
+        def _late(self) -> None:
+            self._timer = None
+            if self.transport.is_closing():
+                return
+            cycle = self.cycle
+            body = cycle is not None and cycle is self._timed and not self._headers_due
+            if not (body and cycle.response_started):  # nothing answered yet: say why it is closed
+                part, seconds = ("body", limits.body_timeout_s) if body else ("headers", limits.header_timeout_s)
+                error = ApiError(408, f"the request's {part} did not arrive within {seconds:g} s", "request_timeout")
+                self.transport.write(_refusal(408, "Request Timeout", error))
+            if body and not cycle.response_complete:  # the app's handler sees a disconnect; its answer goes nowhere
+                cycle.disconnected = True
+                cycle.message_event.set()
+            self.transport.close()
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
 def _url(host: str, sockets: Sequence[socket.socket]) -> str:
     """``http://host:port`` of the bound sockets (IPv6 hosts in brackets)."""
     port = sockets[0].getsockname()[1]
@@ -1094,8 +1206,10 @@ def _server(
     ``SystemExit(3)``), and closes the sockets when the server stops.
     """
     import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     url = _url(host, sockets)
+    limits = getattr(getattr(app, "state", None), "limits", None) or Limits()
 
     class Server(uvicorn.Server):
         held: _HeldBack | None = None
@@ -1124,8 +1238,18 @@ def _server(
                 on_started(url)
 
     port = sockets[0].getsockname()[1]
-    # On Ctrl-C, open streams get 10 s to finish before they are cut.
-    return Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10))
+    # On Ctrl-C, open streams get 10 s to finish before they are cut. No WebSockets: an upgraded
+    # connection would leave the guarded protocol (and its counts).
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=10,
+        http=_guarded(AutoHTTPProtocol, limits),
+        ws="none",
+    )
+    return Server(config)
 
 
 def run(

@@ -443,6 +443,109 @@ def test_the_openai_client_sees_the_errors_as_openai_errors(client):
         openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0).models.list()
 
 
+# ---------------------------------------------------------------------------------------------- slow clients
+
+SLOW = Limits(header_timeout_s=1.0, body_timeout_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def guarded_server():
+    """An embeddings server with 1 s to send headers and 1 s to send a body."""
+    lm, tok = tiny_chat_model()
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False, limits=SLOW)
+    with ServerThread(app) as running:
+        running.app = app
+        yield running
+
+
+def _closed_after(server, sent, pause=0.0, source="127.0.0.1"):
+    """``(what the server answered, seconds until it closed the connection)`` after ``sent`` (bytes, or a list
+    of them sent ``pause`` seconds apart); the connection comes from address ``source``."""
+    sock = socket.create_connection((server.host, server.port), timeout=30, source_address=(source, 0))
+    start, answer = time.monotonic(), b""
+    with sock:
+        try:
+            for piece in [sent] if isinstance(sent, bytes) else sent:
+                sock.sendall(piece)
+                time.sleep(pause)
+            while chunk := sock.recv(65536):  # b"" once the server closes; a 30 s timeout fails the test
+                answer += chunk
+        except (BrokenPipeError, ConnectionResetError):  # closed while the client was still sending
+            pass
+    return answer, time.monotonic() - start
+
+
+def _health(server):
+    """The status of ``GET /health``, None if the connection is refused before an answer is read."""
+    try:
+        return _raw(server, "GET", "/health")[0]
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _serves(server):
+    """The server answers a whole request from the same client."""
+    status, body = _raw(server, "POST", "/v1/embeddings", OK_EMBED)
+    assert status == 200 and len(body["data"]) == 1
+
+
+HEAD = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    ("sent", "part"),
+    [
+        (b"", "headers"),  # connected, sends nothing
+        (HEAD, "headers"),  # stops half-way through its headers
+        (HEAD + b"Content-Length: 100\r\n\r\n", "body"),  # headers, then no body
+        (HEAD + b"Content-Length: 100\r\n\r\n" + b'{"model": "tiny", ', "body"),  # part of the body
+    ],
+    ids=["nothing", "half the headers", "no body", "half the body"],
+)
+def test_a_request_that_never_finishes_arriving_is_answered_408_and_closed(guarded_server, sent, part):
+    answer, seconds = _closed_after(guarded_server, sent)
+    assert 0.9 <= seconds < 10, seconds  # the 1 s limit, not never
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout" and error["message"].startswith(f"the request's {part} did not arrive")
+    _serves(guarded_server)
+
+
+def test_trickled_headers_get_one_timeout_and_a_timely_request_is_served(guarded_server):
+    # One byte every 0.2 s: the clock runs from the request's first byte, each byte does not restart it.
+    _, seconds = _closed_after(guarded_server, [bytes([b]) for b in HEAD], pause=0.2)
+    assert seconds < 0.2 * len(HEAD) / 2, seconds  # closed long before the last byte
+    # Requests that arrive in time are served, one after another on one connection (keep-alive) too.
+    conn = http.client.HTTPConnection(guarded_server.host, guarded_server.port, timeout=30)
+    for _ in range(2):
+        conn.request("POST", "/v1/embeddings", json.dumps(OK_EMBED), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and len(json.loads(response.read())["data"]) == 1
+        time.sleep(1.5)  # longer than the header timeout: idle between requests is the keep-alive timeout's
+    conn.close()
+
+
+def test_open_connections_are_capped_per_client_and_in_all():
+    lm, tok = tiny_chat_model()
+    limits = Limits(max_connections_per_client=3, max_connections=4, header_timeout_s=60)
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False, limits=limits)
+    with ServerThread(app) as server:
+        held = [socket.create_connection((server.host, server.port), timeout=30) for _ in range(3)]
+        answer, seconds = _closed_after(server, b"")  # a fourth from 127.0.0.1: refused at once
+        assert answer.startswith(b"HTTP/1.1 503 ") and seconds < 10, answer
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "too_many_connections" and "3 connections from 127.0.0.1" in error["message"]
+        # Another address is another client, up to the limit of all connections.
+        other = socket.create_connection((server.host, server.port), timeout=30, source_address=("127.0.0.2", 0))
+        answer, _ = _closed_after(server, b"", source="127.0.0.3")
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"4 open connections" in answer, answer
+        for sock in [*held, other]:
+            sock.close()
+        _until(lambda: _health(server) == 200, "the closed connections to be counted out")
+        _serves(server)
+
+
 # ---------------------------------------------------------------------------------------------- load and isolation
 
 
@@ -635,6 +738,11 @@ def test_create_app_refuses_what_cannot_serve():
         create_app(lm, tok, SPEC, chat=False, prompts={"q": None})
     with pytest.raises(ValueError, match=r"Limits\.batch_texts must be a positive integer"):
         Limits(batch_texts=0)
+    for bad in (0, -1, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"Limits\.header_timeout_s must be a (positive|non-negative) number"):
+            Limits(header_timeout_s=bad)
+    with pytest.raises(ValueError, match=r"Limits\.max_connections_per_client must be a positive integer"):
+        Limits(max_connections_per_client=0.5)
     assert ApiError(400, "m", "c").body() == {
         "error": {"message": "m", "type": "invalid_request_error", "param": None, "code": "c"}
     }
@@ -673,6 +781,13 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
     args = ["serve", str(folder), "--spec", SPEC, "--port", str(port), "--prompts", "query=what is\\n", "q2=a"]
     assert main(args) == 0
+    limits = seen["app"].state.limits
+    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (10, 30, 64)
+    more = ["--header-timeout", "2.5", "--body-timeout", "7", "--max-connections-per-client", "3"]
+    assert main([*args, *more, "--max-connections", "9"]) == 0
+    limits = seen["app"].state.limits
+    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (2.5, 7, 3)
+    assert limits.max_connections == 9
     assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
