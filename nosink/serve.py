@@ -62,12 +62,32 @@ from nosink.layerspec.checks import positive_int, printable
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
-__all__ = ["ApiError", "Limits", "ServerThread", "bind", "create_app", "load_model", "run"]
+__all__ = ["ApiError", "Limits", "ServerThread", "bind", "check_device", "create_app", "load_model", "run"]
 
 logger = logging.getLogger(__name__)
 
 # OpenAI's chat roles; "developer" is the newer name of "system".
 _ROLES = ("system", "developer", "user", "assistant")
+
+# Chat fields of OpenAI's API that this server does not implement, with the values that ask for nothing
+# (and pass). Any other value is refused: ignoring it would answer another request than the one sent.
+_UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "parallel_tool_calls": (None, False, True),  # meaningless without tools
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "response_format": (None, {"type": "text"}),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "web_search_options": (None,),
+}
 
 # The codes of the web framework's own errors (its routing raises these two); any other status: "http_error".
 _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
@@ -134,6 +154,38 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------------------------------- loading
 
 
+def check_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a ``torch.device`` if this machine can run a model there (None stays None).
+
+    Checked before anything loads, so that ``--device cuda`` on a CPU-only torch is one clear error,
+    not torch's ``AssertionError: Torch not compiled with CUDA enabled`` after the weights were read.
+
+    Raises:
+        ValueError: for a device name torch does not know, CUDA or MPS that this torch build or
+            machine does not have, or a CUDA index past the machine's devices.
+    """
+    if device is None:
+        return None
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"unknown device {printable(repr(device))[:80]}: use cpu, cuda, cuda:1, mps, ... (the CPU: --device cpu)"
+        ) from None
+    if where.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "this machine has no usable GPU"
+            raise ValueError(f"CUDA is not available ({why}, torch {torch.__version__}); use --device cpu")
+        count = torch.cuda.device_count()
+        if where.index is not None and where.index >= count:
+            raise ValueError(
+                f"there is no {where}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            )
+    if where.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("MPS is not available in this torch build / on this machine; use --device cpu")
+    return where
+
+
 def load_model(
     name_or_path: str | Path,
     *,
@@ -152,10 +204,11 @@ def load_model(
 
     Raises:
         OSError: if there is no such model, or its weights do not fit its config.
-        ValueError: for an unknown dtype name.
+        ValueError: for an unknown dtype name, or a device this machine does not have (:func:`check_device`).
     """
     from nosink.models.loading import load_config, load_model, load_tokenizer
 
+    device = check_device(device)  # before the weights are read
     load_config(name_or_path)  # a missing folder fails here, with the library's message
     try:
         model = load_model(name_or_path, dtype=dtype, attn_implementation="sdpa", saved=False, head=chat)
@@ -593,6 +646,20 @@ def _embedding_response(vectors: np.ndarray, dims: int, fmt: str, model: str, to
     }
 
 
+def _check_supported(data: dict) -> None:
+    """Refuse (400 naming the field) what a chat request asks for that this server does not do."""
+    for name, nothing in _UNSUPPORTED_CHAT.items():
+        value = data.get(name)
+        if value not in nothing:  # by ==: logprobs 0 and presence_penalty 0.0 ask for nothing too
+            raise ApiError(
+                400,
+                f"'{name}' is not supported by this server (text chat only: no tools, function calls, logprobs, "
+                f"logit_bias, penalties, response formats or audio); leave it out, got {_shown(value)}",
+                "unsupported_parameter",
+                name,
+            )
+
+
 def _messages_of(data: dict) -> list[dict[str, str]]:
     raw = data.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -904,6 +971,7 @@ def create_app(
         if not chat:
             raise ApiError(404, "this server serves embeddings only (started without chat)", "chat_disabled")
         model_name = check_model(data)
+        _check_supported(data)
         messages = _messages_of(data)
         stream = _field(data, "stream", (bool,), "true or false", False)
         options = _field(data, "stream_options", (dict,), "an object", {})

@@ -343,6 +343,16 @@ BAD = [
     ("chat: five stops", "/v1/chat/completions", {**OK_CHAT, "stop": list("abcde")}, {}, 400, "invalid_value"),
     ("chat: empty stop", "/v1/chat/completions", {**OK_CHAT, "stop": ""}, {}, 400, "invalid_value"),
     ("chat: stream a string", "/v1/chat/completions", {**OK_CHAT, "stream": "yes"}, {}, 400, "invalid_type"),
+    ("chat: tools", "/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: tool_choice", "/v1/chat/completions", {**OK_CHAT, "tool_choice": "auto"}, {}, 400, "unsupported_parameter"),
+    ("chat: functions", "/v1/chat/completions", {**OK_CHAT, "functions": [{"name": "f"}]}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: function_call", "/v1/chat/completions", {**OK_CHAT, "function_call": "auto"}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: logprobs", "/v1/chat/completions", {**OK_CHAT, "logprobs": True}, {}, 400, "unsupported_parameter"),
+    ("chat: top_logprobs", "/v1/chat/completions", {**OK_CHAT, "top_logprobs": 3}, {}, 400, "unsupported_parameter"),
+    ("chat: logit_bias", "/v1/chat/completions", {**OK_CHAT, "logit_bias": {"5": 10}}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: presence_penalty", "/v1/chat/completions", {**OK_CHAT, "presence_penalty": 0.5}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: json response_format", "/v1/chat/completions", {**OK_CHAT, "response_format": {"type": "json_object"}}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: audio", "/v1/chat/completions", {**OK_CHAT, "modalities": ["text", "audio"]}, {}, 400, "unsupported_parameter"),  # noqa: E501
 ]
 # fmt: on
 
@@ -423,6 +433,32 @@ def test_a_lone_surrogate_is_a_400_naming_the_text(server, path, body, named, pa
     error = got["error"]
     assert (error["code"], error["param"]) == ("invalid_input", param)
     assert error["message"].startswith(f"{named} holds a lone surrogate (U+"), error["message"]
+
+
+def test_unsupported_chat_fields_are_refused_by_name_and_their_empty_values_served(server):
+    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, "logprobs": True, "top_logprobs": 2})
+    assert status == 400 and got["error"]["param"] == "logprobs" and "'logprobs' is not supported" in str(got)
+    # Values that ask for nothing, and fields that change no answer (user, metadata), are served.
+    nothing = {"tools": [], "tool_choice": "none", "logprobs": False, "top_logprobs": 0, "presence_penalty": 0.0}
+    more = {"response_format": {"type": "text"}, "modalities": ["text"], "user": "u1", "metadata": {"a": "b"}}
+    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, **nothing, **more})
+    assert status == 200 and got["choices"][0]["finish_reason"] in ("stop", "length"), got
+
+
+def test_a_device_this_machine_lacks_is_one_clear_error_before_loading(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+    from nosink.serve import check_device, load_model
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    folder = _saved_chat_model(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"^CUDA is not available \(.*\); use --device cpu$"):
+        load_model(folder, device="cuda")
+    with pytest.raises(ValueError, match=r"^unknown device 'gpu0': use cpu, cuda"):
+        load_model(folder, device="gpu0")
+    assert check_device("cpu") == torch.device("cpu") and check_device(None) is None
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), "--device", "cuda:1"]) == 1
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith("nosink: error: CUDA is not available") and "--device cpu" in err[0]
 
 
 def test_messages_quote_client_input_without_control_characters(server):
