@@ -666,6 +666,26 @@ def _port(text: str) -> int:
     return value
 
 
+_API_KEY_ENV = "NOSINK_API_KEY"  # the API key of `nosink serve` when --api-key is not given
+
+
+def _api_key(given: str | None, env: str | None) -> str | None:
+    """The key ``nosink serve`` requires: ``--api-key``, else ``$NOSINK_API_KEY``, else None (no key).
+
+    An empty or blank key is refused, never read as "no key": it is what an unset shell variable gives
+    (``--api-key "$KEY"``), and serving without authentication must be asked for by giving no key at all.
+    """
+    for value, where, fix in (
+        (given, "--api-key", "give the key, or leave --api-key out to serve without one"),
+        (env, f"${_API_KEY_ENV}", "set it to the key, or unset it to serve without one"),
+    ):
+        if value is not None:
+            if not value.strip():
+                raise ValueError(f"{where} is empty (an unset shell variable?): {fix}")
+            return value
+    return None
+
+
 def _serve_parser(sub: Any) -> None:
     s = sub.add_parser("serve", help="serve chat and embeddings from one copy of the weights (OpenAI-compatible HTTP)")
     s.add_argument("model", help="hub id, local folder, or 'demo'")
@@ -684,6 +704,14 @@ def _serve_parser(sub: Any) -> None:
                    help="tokens per text, sink and prompt included")  # fmt: skip
     s.add_argument("--batch-size", type=count_arg(), default=8,
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+    s.add_argument("--header-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
+                   help="time for a request's headers, else 408 and the connection closed (default 10)")  # fmt: skip
+    s.add_argument("--body-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
+                   help="time for a request's body after its headers, else 408 (default 30)")  # fmt: skip
+    s.add_argument("--max-connections-per-client", type=count_arg(), default=64,
+                   help="open connections from one IP address, more are refused with 503 (default 64)")  # fmt: skip
+    s.add_argument("--max-connections", type=count_arg(), default=512,
+                   help="open connections in all, more are refused with 503 (default 512)")  # fmt: skip
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -697,20 +725,22 @@ def _serve(args: argparse.Namespace) -> int:
         if not sep or not name:
             raise ValueError(f"--prompts takes NAME=TEXT, got {printable(repr(item))}")
         prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
+    api_key = _api_key(args.api_key, os.environ.get(_API_KEY_ENV))
     path = _model_path(args.model)
     sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
     try:
         model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
         limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
-                        batch_size=args.batch_size)  # fmt: skip
-        api_key = args.api_key or os.environ.get("NOSINK_API_KEY") or None
+                        batch_size=args.batch_size, header_timeout_s=args.header_timeout,
+                        body_timeout_s=args.body_timeout, max_connections=args.max_connections,
+                        max_connections_per_client=args.max_connections_per_client)  # fmt: skip
         app = create_app(model, tokenizer, args.spec, name=args.name, chat=not args.no_chat, prompts=prompts,
                          api_key=api_key, limits=limits)  # fmt: skip
         what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"
-        key = " with an API key" if api_key else ""
+        key = "API key required" if api_key else "no API key: anyone who can reach the port can use it"
 
         def started(url: str) -> None:
-            print(f"serving {what} on {url}/v1{key}", file=sys.stderr)
+            print(f"serving {what} on {url}/v1 ({key})", file=sys.stderr)
 
         run(app, host=args.host, port=args.port, sockets=sockets, on_started=started)
     finally:

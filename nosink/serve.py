@@ -28,7 +28,9 @@ computed (and between its batches), and a generation stops at its next token.
 
 **Starting.** :func:`bind` binds the address before anything slow happens (the command line binds it
 before loading the model), :func:`run` serves on those sockets and says when the server accepts
-connections; a failed start is one ``OSError``.
+connections; a failed start is one ``OSError``. The HTTP server times out requests whose headers or
+body do not arrive in time (408) and caps open connections per client address and in all (503), as
+``Limits`` says.
 
 The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
@@ -60,12 +62,32 @@ from nosink.layerspec.checks import positive_int, printable
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
-__all__ = ["ApiError", "Limits", "ServerThread", "bind", "create_app", "load_model", "run"]
+__all__ = ["ApiError", "Limits", "ServerThread", "bind", "check_device", "create_app", "load_model", "run"]
 
 logger = logging.getLogger(__name__)
 
 # OpenAI's chat roles; "developer" is the newer name of "system".
 _ROLES = ("system", "developer", "user", "assistant")
+
+# Chat fields of OpenAI's API that this server does not implement, with the values that ask for nothing
+# (and pass). Any other value is refused: ignoring it would answer another request than the one sent.
+_UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "parallel_tool_calls": (None, False, True),  # meaningless without tools
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "logit_bias": (None, {}),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "response_format": (None, {"type": "text"}),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "prediction": (None,),
+    "web_search_options": (None,),
+}
 
 # The codes of the web framework's own errors (its routing raises these two); any other status: "http_error".
 _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
@@ -90,13 +112,20 @@ class Limits:
     default_max_tokens: int = 256  # max_tokens when a chat request gives none
     max_active_chats: int = 4  # generations decoded side by side; more wait their turn
     max_queue: int = 1024  # requests waiting for the worker (more: 503)
+    # Slow or idle clients (enforced by the HTTP server of run() and ServerThread, see _guarded):
+    header_timeout_s: float = 10.0  # a request's headers, from its first byte (or the connection): else 408, closed
+    body_timeout_s: float = 30.0  # a request's body, from the end of its headers: else 408, closed
+    max_connections_per_client: int = 64  # open connections from one IP address (more: 503, closed)
+    max_connections: int = 512  # open connections in all (more: 503, closed)
 
     def __post_init__(self) -> None:
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"Limits.{name} must be a non-negative number, got {printable(repr(value))}")
-            if name != "batch_wait_ms":
+            if name.endswith("_s") and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"Limits.{name} must be a positive number of seconds, got {printable(repr(value))}")
+            if name != "batch_wait_ms" and not name.endswith("_s"):
                 positive_int(value, f"Limits.{name}")
 
 
@@ -125,6 +154,38 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------------------------------- loading
 
 
+def check_device(device: torch.device | str | None) -> torch.device | None:
+    """``device`` as a ``torch.device`` if this machine can run a model there (None stays None).
+
+    Checked before anything loads, so that ``--device cuda`` on a CPU-only torch is one clear error,
+    not torch's ``AssertionError: Torch not compiled with CUDA enabled`` after the weights were read.
+
+    Raises:
+        ValueError: for a device name torch does not know, CUDA or MPS that this torch build or
+            machine does not have, or a CUDA index past the machine's devices.
+    """
+    if device is None:
+        return None
+    try:
+        where = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"unknown device {printable(repr(device))[:80]}: use cpu, cuda, cuda:1, mps, ... (the CPU: --device cpu)"
+        ) from None
+    if where.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "this machine has no usable GPU"
+            raise ValueError(f"CUDA is not available ({why}, torch {torch.__version__}); use --device cpu")
+        count = torch.cuda.device_count()
+        if where.index is not None and where.index >= count:
+            raise ValueError(
+                f"there is no {where}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+            )
+    if where.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("MPS is not available in this torch build / on this machine; use --device cpu")
+    return where
+
+
 def load_model(
     name_or_path: str | Path,
     *,
@@ -143,10 +204,11 @@ def load_model(
 
     Raises:
         OSError: if there is no such model, or its weights do not fit its config.
-        ValueError: for an unknown dtype name.
+        ValueError: for an unknown dtype name, or a device this machine does not have (:func:`check_device`).
     """
     from nosink.models.loading import load_config, load_model, load_tokenizer
 
+    device = check_device(device)  # before the weights are read
     load_config(name_or_path)  # a missing folder fails here, with the library's message
     try:
         model = load_model(name_or_path, dtype=dtype, attn_implementation="sdpa", saved=False, head=chat)
@@ -440,13 +502,20 @@ def _inputs(rows: Sequence[tuple[_EmbedJob, int]]) -> _texts.Tokenized:
 
 
 def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generator | None) -> int:
-    """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p."""
+    """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p.
+
+    Safe for every temperature in (0, 2] and top_p in (0, 1]: the logits are shifted so that their
+    maximum is 0 before dividing, in float64, so a tiny temperature sends the others to -inf (their
+    probability 0) and never makes inf - inf = NaN; the most likely token always survives top_p.
+    """
     if sampling.temperature == 0:
         return int(logits.argmax())
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # (V,)
+    logits = logits.double()
+    probs = torch.softmax((logits - logits.max()) / sampling.temperature, dim=-1)  # (V,)
     if sampling.top_p < 1:
         sorted_probs, order = probs.sort(descending=True)
-        outside = sorted_probs.cumsum(0) - sorted_probs >= sampling.top_p  # the first token always stays
+        outside = sorted_probs.cumsum(0) - sorted_probs >= sampling.top_p
+        outside[0] = False  # kept even where top_p rounds to 0 next to the probabilities
         sorted_probs[outside] = 0
         probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
@@ -479,12 +548,31 @@ def _field(data: dict, name: str, kinds: tuple[type, ...], what: str, default: A
     return value
 
 
+def _shown(value: Any) -> str:
+    """A client's value as quoted in a message: its repr, escaped and cut (a JSON integer may have 4300 digits)."""
+    text = printable(repr(value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _number(data: dict, name: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = float(_field(data, name, (int, float), "a number", default))
-    if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+    value = _field(data, name, (int, float), "a number", default)
+    # Compared before float(): a huge JSON integer is out of range, not an OverflowError (NaN fails every test).
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if not (finite and low <= value <= high) or (low_open and value == low):
         bound = f"{'>' if low_open else '>='} {low:g} and <= {high:g}"
-        raise ApiError(400, f"'{name}' must be {bound}, got {printable(repr(value))}", "invalid_value", name)
-    return value
+        raise ApiError(400, f"'{name}' must be {bound}, got {_shown(value)}", "invalid_value", name)
+    return float(value)
+
+
+def _unicode(text: str, where: str, param: str) -> str:
+    """``text`` if it is valid Unicode; else a 400 naming ``where`` (``input[3]``) and the lone surrogate.
+
+    JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which no tokenizer takes.
+    """
+    try:
+        return _texts.check_unicode(text, where)
+    except ValueError as err:
+        raise ApiError(400, printable(str(err)), "invalid_input", param) from None
 
 
 def _texts_of(data: dict, most: int) -> list[str]:
@@ -512,6 +600,7 @@ def _texts_of(data: dict, most: int) -> list[str]:
             raise ApiError(400, f"'input[{i}]' must be a string, got {type(text).__name__}", "invalid_type", "input")
         if not text:
             raise ApiError(400, f"'input[{i}]' is an empty string: it has nothing to embed", "empty_input", "input")
+        _unicode(text, f"input[{i}]" if isinstance(data["input"], list) else "input", "input")
     if len(raw) > most:
         raise ApiError(
             413, f"{len(raw)} inputs in one request; this server takes at most {most}", "too_many_inputs", "input"
@@ -527,7 +616,8 @@ def _embedding_options(data: dict, width: int, prompts: dict[str, str]) -> tuple
         raise ApiError(400, message, "invalid_value", "encoding_format")
     dims = _field(data, "dimensions", (int,), "an integer", width)
     if not 1 <= dims <= width:
-        raise ApiError(400, f"'dimensions' must be from 1 to {width}, got {dims}", "invalid_value", "dimensions")
+        message = f"'dimensions' must be from 1 to {width}, got {_shown(dims)}"
+        raise ApiError(400, message, "invalid_value", "dimensions")
     prompt_name = _field(data, "prompt_name", (str,), "a string", None)
     if prompt_name is None:
         return fmt, dims, None
@@ -556,6 +646,20 @@ def _embedding_response(vectors: np.ndarray, dims: int, fmt: str, model: str, to
     }
 
 
+def _check_supported(data: dict) -> None:
+    """Refuse (400 naming the field) what a chat request asks for that this server does not do."""
+    for name, nothing in _UNSUPPORTED_CHAT.items():
+        value = data.get(name)
+        if value not in nothing:  # by ==: logprobs 0 and presence_penalty 0.0 ask for nothing too
+            raise ApiError(
+                400,
+                f"'{name}' is not supported by this server (text chat only: no tools, function calls, logprobs, "
+                f"logit_bias, penalties, response formats or audio); leave it out, got {_shown(value)}",
+                "unsupported_parameter",
+                name,
+            )
+
+
 def _messages_of(data: dict) -> list[dict[str, str]]:
     raw = data.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -575,15 +679,16 @@ def _messages_of(data: dict) -> list[dict[str, str]]:
             )
         if isinstance(content, list):  # OpenAI's content parts: only text is understood here
             parts = []
-            for part in content:
+            for j, part in enumerate(content):
                 if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                     raise ApiError(400, f"'{where}.content' may hold only text parts", "unsupported_content", where)
-                parts.append(part["text"])
+                parts.append(_unicode(part["text"], f"{where}.content[{j}].text", where))
             content = "".join(parts)
         if not isinstance(content, str):
             raise ApiError(
                 400, f"'{where}.content' must be a string, got {type(content).__name__}", "invalid_type", where
             )
+        _unicode(content, f"{where}.content", where)
         messages.append({"role": "system" if role == "developer" else role, "content": content})
     return messages
 
@@ -596,7 +701,7 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
     if not 1 <= max_tokens <= limits.max_new_tokens:
         raise ApiError(
             400,
-            f"'max_tokens' must be from 1 to {limits.max_new_tokens}, got {max_tokens}",
+            f"'max_tokens' must be from 1 to {limits.max_new_tokens}, got {_shown(max_tokens)}",
             "invalid_value",
             "max_tokens",
         )
@@ -612,12 +717,14 @@ def _sampling_of(data: dict, limits: Limits, prompt_tokens: int, positions: int 
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
         raise ApiError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "invalid_value", "stop")
+    for i, text in enumerate(stops):
+        _unicode(text, f"stop[{i}]" if isinstance(stop, list) else "stop", "stop")
     seed = _field(data, "seed", (int,), "an integer", None)
     if seed is not None and not 0 <= seed < 2**63:
-        raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {seed}", "invalid_value", "seed")
+        raise ApiError(400, f"'seed' must be from 0 to 2**63 - 1, got {_shown(seed)}", "invalid_value", "seed")
     n = _field(data, "n", (int,), "an integer", 1)
     if n != 1:
-        raise ApiError(400, f"'n' must be 1 (one answer per request), got {n}", "unsupported_value", "n")
+        raise ApiError(400, f"'n' must be 1 (one answer per request), got {_shown(n)}", "unsupported_value", "n")
     return _Sampling(
         max_tokens=max_tokens,
         temperature=_number(data, "temperature", 1.0, 0.0, 2.0),
@@ -764,6 +871,7 @@ def create_app(
 
     app = FastAPI(title="nosink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.encoder, app.state.model, app.state.worker, app.state.name = encoder, model, worker, name
+    app.state.limits = limits  # the HTTP server's timeouts and connection caps are read from here
 
     @app.exception_handler(ApiError)
     async def api_error(request: Any, err: ApiError) -> Any:
@@ -863,6 +971,7 @@ def create_app(
         if not chat:
             raise ApiError(404, "this server serves embeddings only (started without chat)", "chat_disabled")
         model_name = check_model(data)
+        _check_supported(data)
         messages = _messages_of(data)
         stream = _field(data, "stream", (bool,), "true or false", False)
         options = _field(data, "stream_options", (dict,), "an object", {})
@@ -1014,6 +1123,108 @@ def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
     return sockets
 
 
+def _refusal(status: int, reason: str, error: ApiError) -> bytes:
+    """A whole HTTP/1.1 answer with ``error``'s JSON body that closes the connection, written outside the parser."""
+    body = json.dumps(error.body()).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _guarded(base: type, limits: Limits) -> type:
+    """uvicorn's HTTP protocol class ``base`` with time limits on slow requests and caps on open connections.
+
+    uvicorn times out idle keep-alive connections only: a client that sends part of its headers, or
+    headers and then no body, would hold its connection (and a file descriptor) forever. Each
+    connection of the returned class
+
+    - has ``limits.header_timeout_s`` for a request's headers, counted from the connection (first
+      request) or from the first byte of the request (later ones; uvicorn's keep-alive timeout covers
+      the idle time between requests), and then ``limits.body_timeout_s`` for the body, counted from the
+      end of the headers: a late request is answered 408 and its connection closed;
+    - is refused (503, closed) beyond ``limits.max_connections_per_client`` open connections from its
+      peer's IP address, or ``limits.max_connections`` in all.
+
+    Headers are complete when uvicorn starts a new request cycle (``self.cycle``), the body when that
+    cycle has no more body to come: the same for uvicorn's h11 and httptools protocols. The counts
+    belong to the class: build one class per server.
+    """
+    open_per_client: dict[str, int] = {}
+    open_connections = [0]
+
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        _peer: str | None = None  # set once the connection is counted
+        _timer: asyncio.TimerHandle | None = None
+        _timed: Any = None  # the request cycle whose body is timed
+        _headers_due = False  # a request's headers are being waited for, under the header timeout
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            peer = self.client[0] if self.client else ""
+            if open_connections[0] >= limits.max_connections:
+                self._refuse(f"the server has {limits.max_connections} open connections, its limit")
+            elif open_per_client.get(peer, 0) >= limits.max_connections_per_client:
+                self._refuse(f"{limits.max_connections_per_client} connections from {peer} are open, the limit")
+            else:
+                self._peer = peer
+                open_per_client[peer] = open_per_client.get(peer, 0) + 1
+                open_connections[0] += 1
+                self._headers_due = True
+                self._arm(limits.header_timeout_s)
+
+        def _refuse(self, why: str) -> None:
+            error = ApiError(503, f"{why}; retry later", "too_many_connections", kind="server_error")
+            self.transport.write(_refusal(503, "Service Unavailable", error))
+            self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._arm(None)
+            if self._peer is not None:
+                open_connections[0] -= 1
+                open_per_client[self._peer] -= 1
+                if not open_per_client[self._peer]:
+                    del open_per_client[self._peer]
+                self._peer = None
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if not self._headers_due and (self.cycle is None or self.cycle.response_complete):
+                self._headers_due = True  # the first bytes of the next request
+                self._arm(limits.header_timeout_s)
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not None and cycle is not self._timed:  # a request's headers are complete
+                self._timed, self._headers_due = cycle, False
+                self._arm(limits.body_timeout_s if cycle.more_body else None)
+            elif cycle is not None and not cycle.more_body and not self._headers_due:
+                self._arm(None)  # its body is complete
+
+        def _arm(self, seconds: float | None) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None if seconds is None else self.loop.call_later(seconds, self._late)
+
+        def _late(self) -> None:
+            self._timer = None
+            if self.transport.is_closing():
+                return
+            cycle = self.cycle
+            body = cycle is not None and cycle is self._timed and not self._headers_due
+            if not (body and cycle.response_started):  # nothing answered yet: say why it is closed
+                part, seconds = ("body", limits.body_timeout_s) if body else ("headers", limits.header_timeout_s)
+                error = ApiError(408, f"the request's {part} did not arrive within {seconds:g} s", "request_timeout")
+                self.transport.write(_refusal(408, "Request Timeout", error))
+            if body and not cycle.response_complete:  # the app's handler sees a disconnect; its answer goes nowhere
+                cycle.disconnected = True
+                cycle.message_event.set()
+            self.transport.close()
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
 def _url(host: str, sockets: Sequence[socket.socket]) -> str:
     """``http://host:port`` of the bound sockets (IPv6 hosts in brackets)."""
     port = sockets[0].getsockname()[1]
@@ -1063,8 +1274,10 @@ def _server(
     ``SystemExit(3)``), and closes the sockets when the server stops.
     """
     import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     url = _url(host, sockets)
+    limits = getattr(getattr(app, "state", None), "limits", None) or Limits()
 
     class Server(uvicorn.Server):
         held: _HeldBack | None = None
@@ -1093,8 +1306,18 @@ def _server(
                 on_started(url)
 
     port = sockets[0].getsockname()[1]
-    # On Ctrl-C, open streams get 10 s to finish before they are cut.
-    return Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10))
+    # On Ctrl-C, open streams get 10 s to finish before they are cut. No WebSockets: an upgraded
+    # connection would leave the guarded protocol (and its counts).
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=10,
+        http=_guarded(AutoHTTPProtocol, limits),
+        ws="none",
+    )
+    return Server(config)
 
 
 def run(

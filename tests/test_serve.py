@@ -9,6 +9,7 @@ import base64
 import http.client
 import json
 import logging
+import math
 import re
 import signal
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -85,6 +88,16 @@ def _raw(server, method, path, body=b"", headers=None):
     data = response.read()
     conn.close()
     return response.status, json.loads(data)
+
+
+def _raw_text(server, path, body):
+    """``(status, body text)`` of a POST: a stream's body is not one JSON document."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
+    conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {KEY}"})
+    response = conn.getresponse()
+    data = response.read().decode()
+    conn.close()
+    return response.status, data
 
 
 def _encode(server, texts, instruction=None):
@@ -199,6 +212,65 @@ def test_seeded_sampling_repeats_and_top_p_narrows(server, client):
     assert ask(temperature=1.5, top_p=1e-6, seed=3) == greedy  # only the most likely token survives
 
 
+def test_sampling_is_safe_across_the_documented_ranges(server, client):
+    def ask(**kw):
+        return (
+            client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=6, **kw).choices[0].message.content
+        )
+
+    greedy = ask(temperature=0)
+    # At the small ends of the ranges sampling is greedy, not inf/NaN (a 500 before).
+    for tiny in (1e-300, 5e-324):
+        assert ask(temperature=tiny, seed=1) == greedy
+        assert ask(temperature=2, top_p=tiny, seed=1) == greedy
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    logits=st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False) | st.just(-math.inf), min_size=1),
+    temperature=st.just(0.0) | st.floats(0, 2, exclude_min=True),
+    top_p=st.floats(0, 1, exclude_min=True),
+    seed=st.integers(0, 2**63 - 1),
+)
+def test_sample_gives_a_possible_token_for_any_temperature_and_top_p(logits, temperature, top_p, seed):
+    row = torch.tensor(logits, dtype=torch.float32)
+    assume(row.max() > -math.inf)  # a model gives at least one finite logit
+    sampling = nosink.serve._Sampling(max_tokens=1, temperature=temperature, top_p=top_p, stop=(), seed=seed)
+    token = nosink.serve._sample(row, sampling, torch.Generator().manual_seed(seed))
+    assert 0 <= token < len(logits) and row[token] > -math.inf  # a token that can be sampled at all
+    if temperature < 1e-100 or top_p < 1e-100:  # so narrow that only a most likely token is left
+        assert row[token] == row.max()
+
+
+# Every JSON value a client can send in a field: huge integers, floats (NaN, Infinity, 1e-300), bools, ...
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(-(10**400), 10**400)
+    | st.floats()
+    | st.sampled_from([1e-300, 5e-324, 10.0**300, 10**400, 2**63, -(2**63)])
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=5,
+)
+CHAT_FIELDS = ["temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "n", "stop", "stream"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.dictionaries(st.sampled_from(CHAT_FIELDS), JSON_VALUES, max_size=3))
+@example(fields={"temperature": 10**400})
+@example(fields={"temperature": 1e-300, "top_p": 5e-324})
+def test_any_value_of_a_chat_field_is_served_or_refused_with_400(server, fields):
+    body = {**OK_CHAT, "max_tokens": 1, **fields}
+    if isinstance(body.get("max_tokens"), int) and not isinstance(body["max_tokens"], bool):
+        body["max_tokens"] = min(max(body["max_tokens"], -1), 3)  # keep generations short; 0 and -1 still refused
+    status, got = _raw_text(server, "/v1/chat/completions", json.dumps(body).encode())
+    assert status in (200, 400), (status, got[:300])
+    if status == 400:
+        assert json.loads(got)["error"]["type"] == "invalid_request_error"
+
+
 def test_models_and_health(server, client):
     (card,) = client.models.list().data
     assert card.id == "tiny" and card.owned_by == "nosink"
@@ -262,9 +334,25 @@ BAD = [
     ("chat: seed negative", "/v1/chat/completions", {**OK_CHAT, "seed": -1}, {}, 400, "invalid_value"),
     ("chat: temperature infinite", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "temperature": 1e999}', {}, 400, "invalid_value"),  # noqa: E501
     ("chat: n 2", "/v1/chat/completions", {**OK_CHAT, "n": 2}, {}, 400, "unsupported_value"),
+    ("chat: temperature 400 digits", "/v1/chat/completions", {**OK_CHAT, "temperature": 10**400}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: top_p 400 digits", "/v1/chat/completions", {**OK_CHAT, "top_p": -(10**400)}, {}, 400, "invalid_value"),
+    ("chat: top_p a bool", "/v1/chat/completions", {**OK_CHAT, "top_p": True}, {}, 400, "invalid_type"),
+    ("chat: max_tokens 400 digits", "/v1/chat/completions", {**OK_CHAT, "max_tokens": 10**400}, {}, 400, "invalid_value"),  # noqa: E501
+    ("chat: seed Infinity", "/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "a"}], "seed": Infinity}', {}, 400, "invalid_type"),  # noqa: E501
+    ("dimensions 400 digits", "/v1/embeddings", {**OK_EMBED, "dimensions": 10**400}, {}, 400, "invalid_value"),
     ("chat: five stops", "/v1/chat/completions", {**OK_CHAT, "stop": list("abcde")}, {}, 400, "invalid_value"),
     ("chat: empty stop", "/v1/chat/completions", {**OK_CHAT, "stop": ""}, {}, 400, "invalid_value"),
     ("chat: stream a string", "/v1/chat/completions", {**OK_CHAT, "stream": "yes"}, {}, 400, "invalid_type"),
+    ("chat: tools", "/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function", "function": {"name": "f"}}]}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: tool_choice", "/v1/chat/completions", {**OK_CHAT, "tool_choice": "auto"}, {}, 400, "unsupported_parameter"),
+    ("chat: functions", "/v1/chat/completions", {**OK_CHAT, "functions": [{"name": "f"}]}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: function_call", "/v1/chat/completions", {**OK_CHAT, "function_call": "auto"}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: logprobs", "/v1/chat/completions", {**OK_CHAT, "logprobs": True}, {}, 400, "unsupported_parameter"),
+    ("chat: top_logprobs", "/v1/chat/completions", {**OK_CHAT, "top_logprobs": 3}, {}, 400, "unsupported_parameter"),
+    ("chat: logit_bias", "/v1/chat/completions", {**OK_CHAT, "logit_bias": {"5": 10}}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: presence_penalty", "/v1/chat/completions", {**OK_CHAT, "presence_penalty": 0.5}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: json response_format", "/v1/chat/completions", {**OK_CHAT, "response_format": {"type": "json_object"}}, {}, 400, "unsupported_parameter"),  # noqa: E501
+    ("chat: audio", "/v1/chat/completions", {**OK_CHAT, "modalities": ["text", "audio"]}, {}, 400, "unsupported_parameter"),  # noqa: E501
 ]
 # fmt: on
 
@@ -315,6 +403,64 @@ def test_the_guide_lists_every_error_the_server_sends():
     assert listed == sent, f"not in the guide: {sorted(sent - listed)}; not sent: {sorted(listed - sent)}"
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "named", "param"),
+    [
+        ("/v1/embeddings", {**OK_EMBED, "input": ["the cat", "a\ud800b"]}, "input[1]", "input"),
+        ("/v1/embeddings", {**OK_EMBED, "input": "\udfff"}, "input", "input"),
+        ("/v1/embeddings", {**OK_EMBED, "input": ["x\udc80"], "prompt_name": "query"}, "input[0]", "input"),
+        (
+            "/v1/chat/completions",
+            {**OK_CHAT, "messages": [*CHAT, {"role": "user", "content": "\ud83d"}]},
+            "messages[1].content",
+            "messages[1]",
+        ),
+        (
+            "/v1/chat/completions",
+            {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "a\ud800"}]}]},
+            "messages[0].content[0].text",
+            "messages[0]",
+        ),
+        ("/v1/chat/completions", {**OK_CHAT, "stop": ["the", "\ud800"]}, "stop[1]", "stop"),
+        ("/v1/chat/completions", {**OK_CHAT, "stop": "\ud800"}, "stop", "stop"),
+    ],
+    ids=["input item", "input string", "input with a prompt", "message", "content part", "stop item", "stop string"],
+)
+def test_a_lone_surrogate_is_a_400_naming_the_text(server, path, body, named, param):
+    # json.dumps writes "\ud800" escapes, which the server's json.loads decodes to lone surrogates.
+    status, got = _raw(server, "POST", path, body)
+    assert status == 400, got
+    error = got["error"]
+    assert (error["code"], error["param"]) == ("invalid_input", param)
+    assert error["message"].startswith(f"{named} holds a lone surrogate (U+"), error["message"]
+
+
+def test_unsupported_chat_fields_are_refused_by_name_and_their_empty_values_served(server):
+    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, "logprobs": True, "top_logprobs": 2})
+    assert status == 400 and got["error"]["param"] == "logprobs" and "'logprobs' is not supported" in str(got)
+    # Values that ask for nothing, and fields that change no answer (user, metadata), are served.
+    nothing = {"tools": [], "tool_choice": "none", "logprobs": False, "top_logprobs": 0, "presence_penalty": 0.0}
+    more = {"response_format": {"type": "text"}, "modalities": ["text"], "user": "u1", "metadata": {"a": "b"}}
+    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, **nothing, **more})
+    assert status == 200 and got["choices"][0]["finish_reason"] in ("stop", "length"), got
+
+
+def test_a_device_this_machine_lacks_is_one_clear_error_before_loading(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+    from nosink.serve import check_device, load_model
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    folder = _saved_chat_model(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"^CUDA is not available \(.*\); use --device cpu$"):
+        load_model(folder, device="cuda")
+    with pytest.raises(ValueError, match=r"^unknown device 'gpu0': use cpu, cuda"):
+        load_model(folder, device="gpu0")
+    assert check_device("cpu") == torch.device("cpu") and check_device(None) is None
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), "--device", "cuda:1"]) == 1
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith("nosink: error: CUDA is not available") and "--device cpu" in err[0]
+
+
 def test_messages_quote_client_input_without_control_characters(server):
     status, got = _raw(server, "POST", "/v1/embeddings", {**OK_EMBED, "model": "x\x1b]0;pwned\x07"})
     assert status == 404
@@ -331,6 +477,109 @@ def test_the_openai_client_sees_the_errors_as_openai_errors(client):
     assert err.value.param == "dimensions"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=client.base_url, api_key="wrong", max_retries=0).models.list()
+
+
+# ---------------------------------------------------------------------------------------------- slow clients
+
+SLOW = Limits(header_timeout_s=1.0, body_timeout_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def guarded_server():
+    """An embeddings server with 1 s to send headers and 1 s to send a body."""
+    lm, tok = tiny_chat_model()
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False, limits=SLOW)
+    with ServerThread(app) as running:
+        running.app = app
+        yield running
+
+
+def _closed_after(server, sent, pause=0.0, source="127.0.0.1"):
+    """``(what the server answered, seconds until it closed the connection)`` after ``sent`` (bytes, or a list
+    of them sent ``pause`` seconds apart); the connection comes from address ``source``."""
+    sock = socket.create_connection((server.host, server.port), timeout=30, source_address=(source, 0))
+    start, answer = time.monotonic(), b""
+    with sock:
+        try:
+            for piece in [sent] if isinstance(sent, bytes) else sent:
+                sock.sendall(piece)
+                time.sleep(pause)
+            while chunk := sock.recv(65536):  # b"" once the server closes; a 30 s timeout fails the test
+                answer += chunk
+        except (BrokenPipeError, ConnectionResetError):  # closed while the client was still sending
+            pass
+    return answer, time.monotonic() - start
+
+
+def _health(server):
+    """The status of ``GET /health``, None if the connection is refused before an answer is read."""
+    try:
+        return _raw(server, "GET", "/health")[0]
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def _serves(server):
+    """The server answers a whole request from the same client."""
+    status, body = _raw(server, "POST", "/v1/embeddings", OK_EMBED)
+    assert status == 200 and len(body["data"]) == 1
+
+
+HEAD = b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize(
+    ("sent", "part"),
+    [
+        (b"", "headers"),  # connected, sends nothing
+        (HEAD, "headers"),  # stops half-way through its headers
+        (HEAD + b"Content-Length: 100\r\n\r\n", "body"),  # headers, then no body
+        (HEAD + b"Content-Length: 100\r\n\r\n" + b'{"model": "tiny", ', "body"),  # part of the body
+    ],
+    ids=["nothing", "half the headers", "no body", "half the body"],
+)
+def test_a_request_that_never_finishes_arriving_is_answered_408_and_closed(guarded_server, sent, part):
+    answer, seconds = _closed_after(guarded_server, sent)
+    assert 0.9 <= seconds < 10, seconds  # the 1 s limit, not never
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout" and error["message"].startswith(f"the request's {part} did not arrive")
+    _serves(guarded_server)
+
+
+def test_trickled_headers_get_one_timeout_and_a_timely_request_is_served(guarded_server):
+    # One byte every 0.2 s: the clock runs from the request's first byte, each byte does not restart it.
+    _, seconds = _closed_after(guarded_server, [bytes([b]) for b in HEAD], pause=0.2)
+    assert seconds < 0.2 * len(HEAD) / 2, seconds  # closed long before the last byte
+    # Requests that arrive in time are served, one after another on one connection (keep-alive) too.
+    conn = http.client.HTTPConnection(guarded_server.host, guarded_server.port, timeout=30)
+    for _ in range(2):
+        conn.request("POST", "/v1/embeddings", json.dumps(OK_EMBED), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200 and len(json.loads(response.read())["data"]) == 1
+        time.sleep(1.5)  # longer than the header timeout: idle between requests is the keep-alive timeout's
+    conn.close()
+
+
+def test_open_connections_are_capped_per_client_and_in_all():
+    lm, tok = tiny_chat_model()
+    limits = Limits(max_connections_per_client=3, max_connections=4, header_timeout_s=60)
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False, limits=limits)
+    with ServerThread(app) as server:
+        held = [socket.create_connection((server.host, server.port), timeout=30) for _ in range(3)]
+        answer, seconds = _closed_after(server, b"")  # a fourth from 127.0.0.1: refused at once
+        assert answer.startswith(b"HTTP/1.1 503 ") and seconds < 10, answer
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "too_many_connections" and "3 connections from 127.0.0.1" in error["message"]
+        # Another address is another client, up to the limit of all connections.
+        other = socket.create_connection((server.host, server.port), timeout=30, source_address=("127.0.0.2", 0))
+        answer, _ = _closed_after(server, b"", source="127.0.0.3")
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"4 open connections" in answer, answer
+        for sock in [*held, other]:
+            sock.close()
+        _until(lambda: _health(server) == 200, "the closed connections to be counted out")
+        _serves(server)
 
 
 # ---------------------------------------------------------------------------------------------- load and isolation
@@ -525,6 +774,11 @@ def test_create_app_refuses_what_cannot_serve():
         create_app(lm, tok, SPEC, chat=False, prompts={"q": None})
     with pytest.raises(ValueError, match=r"Limits\.batch_texts must be a positive integer"):
         Limits(batch_texts=0)
+    for bad in (0, -1, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"Limits\.header_timeout_s must be a (positive|non-negative) number"):
+            Limits(header_timeout_s=bad)
+    with pytest.raises(ValueError, match=r"Limits\.max_connections_per_client must be a positive integer"):
+        Limits(max_connections_per_client=0.5)
     assert ApiError(400, "m", "c").body() == {
         "error": {"message": "m", "type": "invalid_request_error", "param": None, "code": "c"}
     }
@@ -563,6 +817,13 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
     args = ["serve", str(folder), "--spec", SPEC, "--port", str(port), "--prompts", "query=what is\\n", "q2=a"]
     assert main(args) == 0
+    limits = seen["app"].state.limits
+    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (10, 30, 64)
+    more = ["--header-timeout", "2.5", "--body-timeout", "7", "--max-connections-per-client", "3"]
+    assert main([*args, *more, "--max-connections", "9"]) == 0
+    limits = seen["app"].state.limits
+    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (2.5, 7, 3)
+    assert limits.max_connections == 9
     assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
@@ -682,7 +943,8 @@ def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
             if line.startswith("serving "):
                 break
             before.append(line)
-        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1\n", before
+        no_key = "no API key: anyone who can reach the port can use it"
+        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1 ({no_key})\n", before
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         conn.request("GET", "/health")  # at once, no retry: the server listens before it says so
         assert conn.getresponse().status == 200
@@ -728,6 +990,46 @@ def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd,
     with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
         run(app, port=0, on_started=urls.append)
     assert len(urls) == 2 and "ERROR" not in capfd.readouterr().err  # held back: the exception says it
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [(["--api-key", ""], None, "--api-key"), (["--api-key", "  "], None, "--api-key"), ([], "", "$NOSINK_API_KEY")],
+    ids=["empty --api-key", "blank --api-key", "empty NOSINK_API_KEY"],
+)
+def test_cli_serve_refuses_an_empty_api_key_before_loading_the_model(tmp_path, capsys, monkeypatch, argv, env, named):
+    from nosink.cli import main
+
+    # `--api-key "$KEY"` with KEY unset gives "": that must not mean "serve without a key".
+    loaded, served = [], []
+    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    if env is None:
+        monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("NOSINK_API_KEY", env)
+    folder = _saved_chat_model(tmp_path / "m")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 1
+    assert loaded == [] and served == []
+    err = _errors(capsys.readouterr().err)
+    assert len(err) == 1 and err[0].startswith(f"nosink: error: {named} is empty") and "without one" in err[0], err
+
+
+def test_cli_serve_says_whether_an_api_key_is_required(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+
+    monkeypatch.setattr(nosink.serve, "run", lambda app, on_started, **kwargs: on_started("http://127.0.0.1:1"))
+    folder = _saved_chat_model(tmp_path / "m")
+    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    for argv, said in [
+        ([], "no API key: anyone who can reach the port can use it"),
+        (["--api-key", "k"], "API key required"),
+    ]:
+        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 0
+        assert _errors(capsys.readouterr().err) == [f"serving m (spec {SPEC}, chat) on http://127.0.0.1:1/v1 ({said})"]
+    monkeypatch.setenv("NOSINK_API_KEY", "from-env")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 0
+    assert _errors(capsys.readouterr().err)[-1].endswith("(API key required)")
 
 
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
