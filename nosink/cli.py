@@ -682,7 +682,9 @@ def _api_key(given: str | None, env: str | None) -> str | None:
         if value is not None:
             if not value.strip():
                 raise ValueError(f"{where} is empty (an unset shell variable?): {fix}")
-            return value
+            from nosink.serve import check_api_key
+
+            return check_api_key(value, where)
     return None
 
 

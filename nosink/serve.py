@@ -62,7 +62,17 @@ from nosink.layerspec.checks import positive_int, printable
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
-__all__ = ["ApiError", "Limits", "ServerThread", "bind", "check_device", "create_app", "load_model", "run"]
+__all__ = [
+    "ApiError",
+    "Limits",
+    "ServerThread",
+    "bind",
+    "check_api_key",
+    "check_device",
+    "create_app",
+    "load_model",
+    "run",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +194,25 @@ def check_device(device: torch.device | str | None) -> torch.device | None:
     if where.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError("MPS is not available in this torch build / on this machine; use --device cpu")
     return where
+
+
+def check_api_key(api_key: str | None, name: str = "api_key") -> str | None:
+    """``api_key`` if a client can send it: a non-empty string of printable ASCII, no spaces at its ends; or None.
+
+    Raises:
+        ValueError: naming ``name``, for an empty or blank key (never read as "no key") or one that no
+            ``Authorization`` header can carry (a header loses the spaces at its ends; HTTP clients send ASCII).
+    """
+    if api_key is None:
+        return None
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise ValueError(f"{name} must be a non-empty string, or None for no key")
+    if api_key != api_key.strip() or not all(" " <= c <= "~" for c in api_key):
+        raise ValueError(
+            f"{name} has spaces at its ends or characters other than printable ASCII, which no Authorization "
+            "header can carry: use letters, digits and punctuation, without spaces at the ends"
+        )
+    return api_key
 
 
 def load_model(
@@ -840,8 +869,7 @@ def create_app(
     limits = limits or Limits()
     if tokenizer is None:
         raise ValueError("the server needs the model's tokenizer")
-    if api_key is not None and (not isinstance(api_key, str) or not api_key.strip()):
-        raise ValueError("api_key must be a non-empty string, or None for no key")
+    check_api_key(api_key)
     prompts = dict(prompts or {})
     for key, text in prompts.items():
         if not isinstance(key, str) or not key or not isinstance(text, str):

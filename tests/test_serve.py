@@ -773,6 +773,9 @@ def test_create_app_refuses_what_cannot_serve():
         create_app(lm, None, SPEC, chat=False)
     with pytest.raises(ValueError, match="api_key must be a non-empty string"):
         create_app(lm, tok, SPEC, chat=False, api_key=" ")
+    for unmatchable in (" key", "key\n", "ke\ty", "clé"):  # no client could ever send it: refused, not a locked server
+        with pytest.raises(ValueError, match="which no Authorization header can carry"):
+            create_app(lm, tok, SPEC, chat=False, api_key=unmatchable)
     with pytest.raises(ValueError, match="prompts must map names to strings"):
         create_app(lm, tok, SPEC, chat=False, prompts={"q": None})
     with pytest.raises(ValueError, match=r"Limits\.batch_texts must be a positive integer"):
@@ -1016,6 +1019,18 @@ def test_cli_serve_refuses_an_empty_api_key_before_loading_the_model(tmp_path, c
     assert loaded == [] and served == []
     err = _errors(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith(f"nosink: error: {named} is empty") and "without one" in err[0], err
+
+
+def test_cli_serve_refuses_a_key_no_client_can_send_before_loading_the_model(tmp_path, capsys, monkeypatch):
+    from nosink.cli import main
+
+    loaded = []
+    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
+    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    folder = _saved_chat_model(tmp_path / "m")
+    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), "--api-key", "key "]) == 1
+    err = _errors(capsys.readouterr().err)
+    assert loaded == [] and len(err) == 1 and "--api-key has spaces at its ends" in err[0], err
 
 
 def test_cli_serve_says_whether_an_api_key_is_required(tmp_path, capsys, monkeypatch):
