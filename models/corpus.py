@@ -27,7 +27,10 @@ of every id (each rank hashing its own shards' ids), and a repeat stops the run 
 way; a shard counts as done only when its ``.json`` exists and the file's sha256 matches it. A rerun
 with the same arguments reuses the shards that are done and (re)writes the rest, so a run killed at
 any point and run again ends with every input row encoded exactly once. A rerun with other arguments
-into the same folder is refused.
+into the same folder is refused. One run at a time: rank 0 holds an exclusive ``flock`` on the folder's
+``.lock`` from before it reads the folder until the run ends (the kernel drops it when the process dies,
+so a killed run leaves no stale lock); a second run is refused. If one rank fails, the others stop at
+their next batch and all report it (no rank is left waiting in a collective).
 
 **Processes.** Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` in the environment) the default process
 group is created if needed (``cuda:nccl,cpu:gloo`` when the encoder is on a GPU, ``gloo`` otherwise);
@@ -81,6 +84,7 @@ logger = logging.getLogger(__name__)
 FORMAT = 1  # version of the corpus folder layout
 RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
+LOCK_FILE = ".lock"  # rank 0 holds an exclusive flock on it while a run writes the folder
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BOM = b"\xef\xbb\xbf"
@@ -357,13 +361,22 @@ def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
         DuplicateIdError: for the first row whose id an earlier row has.
     """
     mine = list(range(world.rank, n_shards, world.size))
-    hashes = np.fromiter(
-        (_id_hash(r.id) for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, mine, job.text_field,
-                                                   job.id_field) for r in rows if r.id is not None),
-        dtype=np.uint64,
-    )  # fmt: skip
-    pooled = np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in world.gather(hashes.tobytes())])
-    del hashes
+    failure: Exception | None = None
+    try:
+        hashes = np.fromiter(
+            (_id_hash(r.id) for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, mine, job.text_field,
+                                                       job.id_field) for r in rows if r.id is not None),
+            dtype=np.uint64,
+        ).tobytes()  # fmt: skip
+    except Exception as err:  # still meet the others in the gather, then stop
+        failure, hashes = err, None
+    gathered = world.gather(hashes)
+    if failure is not None:
+        raise failure
+    if any(h is None for h in gathered):
+        raise _Stopped("another rank failed while reading ids")
+    pooled = np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in gathered])
+    del hashes, gathered
     pooled.sort()
     suspects = set(np.unique(pooled[1:][pooled[1:] == pooled[:-1]]).tolist())
     del pooled
@@ -505,6 +518,8 @@ class _Progress:
     def __init__(self, world: _World, total: int, show: bool, interval: float) -> None:
         self.world, self.interval = world, interval
         self.done, self.finished = 0, False
+        self.failed = False  # this rank failed: the others stop at their next batch
+        self.stopping = False  # some rank failed (or the exchange broke): stop at the next batch
         self.wake = threading.Event()  # set when this rank is done: no waiting out the interval at the end
         self.bar = tqdm(total=total, desc="encode-corpus", unit="row", disable=not show or world.rank != 0)
         self.thread: threading.Thread | None = None
@@ -517,6 +532,15 @@ class _Progress:
         if self.thread is None:
             self.bar.update(n)
 
+    def check(self) -> None:
+        """Raise :class:`_Stopped` if another rank has failed (called between batches)."""
+        if self.stopping:
+            raise _Stopped("another rank failed")
+
+    def fail(self) -> None:
+        """Tell the other ranks (at the next exchange) that this one failed."""
+        self.failed = True
+
     def finish(self) -> None:
         self.finished = True
         self.wake.set()
@@ -527,10 +551,17 @@ class _Progress:
     def _loop(self) -> None:
         while True:
             finished = self.finished  # read first: once it is set, done is final
-            counts = torch.tensor([self.done, int(finished)], dtype=torch.int64)
-            torch.distributed.all_reduce(counts, group=self.world.progress)
+            counts = torch.tensor([self.done, int(finished), int(self.failed)], dtype=torch.int64)
+            try:
+                torch.distributed.all_reduce(counts, group=self.world.progress)
+            except Exception as err:  # a rank is gone: the end-of-run exchange reports it, not this thread
+                logger.debug("progress exchange failed: %s", err)
+                self.stopping = True
+                return
             self.bar.n = int(counts[0])
             self.bar.refresh()
+            if int(counts[2]):
+                self.stopping = True
             if int(counts[1]) == self.world.size:
                 return
             self.wake.wait(self.interval)
@@ -764,13 +795,52 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
             )
         (out / MANIFEST).unlink(missing_ok=True)
         return
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    _refuse_foreign(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(run_file, config)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a path that is a file, or a folder that holds files but no ``run.json`` (the lock file aside)."""
+    if out.exists() and (
+        not out.is_dir() or (not (out / RUN_FILE).exists() and any(p.name != LOCK_FILE for p in out.iterdir()))
+    ):
         raise ValueError(
             f"{printable(str(out))} exists and is not a corpus folder (no {RUN_FILE}); "
             "choose a new or empty output folder"
         )
+
+
+def _lock_folder(out: Path) -> int | None:
+    """Rank 0's claim on ``out`` for one run: an open descriptor of ``out/.lock`` holding an exclusive flock.
+
+    Release it by closing the descriptor; the kernel also releases it when the process ends, however it
+    ends, so a killed run never leaves the folder locked. ``None`` where flock is unavailable (no
+    ``fcntl``, or a file system without locks: then two runs into one folder are not kept apart).
+
+    Raises:
+        ValueError: if another run holds the lock (it is writing the folder now).
+    """
+    _refuse_foreign(out)  # before creating anything in a folder that is not ours
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(run_file, config)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            f"another run is writing {printable(str(out))} now (it holds {LOCK_FILE} there): wait for it to end, "
+            "or choose another output folder; one run at a time per folder"
+        ) from None
+    except OSError as err:  # no locks on this file system
+        os.close(fd)
+        logger.warning("cannot lock %s (%s): nothing keeps a second run out of it", out / LOCK_FILE, err)
+        return None
+    return fd
 
 
 @dataclass
@@ -817,6 +887,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
     try:
         lengths = tokens.lengths
         for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
+            progress.check()
             idx = [keep[j] for j in group]
             pooled = encoder.encode_tokens(tokens, idx, specs=[job.plan], pooling=job.pooling)[job.plan.name]  # (B, D)
             if job.normalize:
@@ -892,8 +963,11 @@ def encode_corpus(
     Raises:
         ValueError: for bad arguments (an ``exit_layer`` outside 1 to the depth, say), an input of unknown
             suffix or without the parquet columns, a folder that holds another run (other arguments) or
-            other files; :class:`BadRowError` for a bad row when ``on_bad_row="error"``;
+            other files, or that another run is writing now (rank 0 holds a lock on the folder while it
+            runs); :class:`BadRowError` for a bad row when ``on_bad_row="error"``;
             :class:`DuplicateIdError` (before any encoding) if two rows have the same id.
+        RuntimeError: on the other ranks when one rank fails (``rank R failed: <its error>``); that rank
+            raises its own error. Every rank stops at its next batch.
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
         SpecError: if the encoder's spec does not fit its first ``exit_layer`` layers.
@@ -925,41 +999,24 @@ def encode_corpus(
     device = next(encoder.parameters()).device
     world = _join(device, timeout)
     started = time.perf_counter()  # every process has joined (each loaded its model before)
+    lock: int | None = None  # rank 0's hold on the folder
     try:
         job = _Job(
             encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
             batch_size, max_length, shard_rows, on_bad_row, plan,
         )  # fmt: skip
-        config = _agree(world, job, dtype)
+        config, lock = _agree(world, job, dtype)
         out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
-        config_sha, n_rows = _config_sha(config), config["input"]["rows"]
-        mine = range(world.rank, (n_rows + shard_rows - 1) // shard_rows, world.size)  # shard k on rank k % size
-        progress = _Progress(world, n_rows, show_progress, progress_interval)
-        reused, todo = [], []
-        for k in mine:
-            record = _done_shard(out, k, config_sha)
-            if record is None:
-                todo.append(k)
-            else:
-                reused.append(record)
-                progress.add(record["end_row"] - record["first_row"])
-        loop_start = time.perf_counter()
-        if id_field is not None:
-            _check_unique_ids(job, world, (n_rows + shard_rows - 1) // shard_rows)
-        written = _encode_shards(job, todo, n_rows, config_sha, progress)
-        seconds = time.perf_counter() - loop_start
+        progress = _Progress(world, config["input"]["rows"], show_progress, progress_interval)
+        try:
+            outcome: Any = _run_shards(job, world, config, progress)
+            failure: Exception | None = None
+        except Exception as err:  # every rank learns of it before any rank leaves (no stranded collectives)
+            outcome, failure = _Failure(world.rank, err), err
+            progress.fail()
         progress.finish()
-        mine_summary = RankSummary(
-            rank=world.rank,
-            texts=sum(r["rows"] for r in written),
-            tokens=sum(r["tokens"] for r in written),
-            skipped=sum(len(r["skipped"]) for r in written),
-            reused=sum(r["rows"] for r in reused),
-            shards_written=len(written),
-            shards_reused=len(reused),
-            seconds=seconds,
-        )
-        gathered = world.gather((mine_summary, written + reused, sum(r["truncated"] for r in written)))
+        gathered = world.gather(outcome)  # what each rank did, or its failure
+        _raise_failure(gathered, failure)
         summary = _finish(out, config, gathered, world, started)
         world.close()
         return summary
@@ -967,6 +1024,70 @@ def encode_corpus(
         if world.owned and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)  # releases the folder
+
+
+class _Stopped(Exception):
+    """This rank stopped because another rank failed (that rank's error is the one reported)."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A rank's failure, as gathered from every rank at the end of a run (the error itself stays home)."""
+
+    rank: int
+    message: str
+    stopped: bool  # stopped for another rank's failure, not its own
+
+    def __init__(self, rank: int, error: BaseException) -> None:
+        text = " ".join(str(error).split()) or type(error).__name__
+        if not isinstance(error, (ValueError, OSError, RuntimeError)):
+            text = f"{type(error).__name__}: {text}"
+        object.__setattr__(self, "rank", rank)
+        object.__setattr__(self, "message", text)
+        object.__setattr__(self, "stopped", isinstance(error, _Stopped))
+
+
+def _raise_failure(gathered: list[Any], failure: Exception | None) -> None:
+    """If any rank failed: this rank's own error if it had one, else which rank failed and why (a RuntimeError)."""
+    failures = [g for g in gathered if isinstance(g, _Failure)]
+    if not failures:
+        return
+    if failure is not None and not isinstance(failure, _Stopped):
+        raise failure
+    first = next((f for f in failures if not f.stopped), failures[0])
+    raise RuntimeError(f"rank {first.rank} failed: {first.message}") from None
+
+
+def _run_shards(job: _Job, world: _World, config: dict[str, Any], progress: _Progress) -> tuple[Any, ...]:
+    """This rank's part of the run: reuse its done shards, check ids, encode the rest; what it reports."""
+    config_sha, n_rows = _config_sha(config), config["input"]["rows"]
+    n_shards = (n_rows + job.shard_rows - 1) // job.shard_rows
+    reused, todo = [], []
+    for k in range(world.rank, n_shards, world.size):  # shard k on rank k % size
+        record = _done_shard(job.out, k, config_sha)
+        if record is None:
+            todo.append(k)
+        else:
+            reused.append(record)
+            progress.add(record["end_row"] - record["first_row"])
+    loop_start = time.perf_counter()
+    if job.id_field is not None:
+        _check_unique_ids(job, world, n_shards)
+    written = _encode_shards(job, todo, n_rows, config_sha, progress)
+    summary = RankSummary(
+        rank=world.rank,
+        texts=sum(r["rows"] for r in written),
+        tokens=sum(r["tokens"] for r in written),
+        skipped=sum(len(r["skipped"]) for r in written),
+        reused=sum(r["rows"] for r in reused),
+        shards_written=len(written),
+        shards_reused=len(reused),
+        seconds=time.perf_counter() - loop_start,
+    )
+    return summary, written + reused, sum(r["truncated"] for r in written)
 
 
 @dataclass(frozen=True)
@@ -990,15 +1111,18 @@ class _Job:
     plan: Any  # the encoder's plan at this run's exit layer
 
 
-def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
-    """The run's config: rank 0 reads the input once (rows, sha256), checks the folder and tells every rank.
+def _agree(world: _World, job: _Job, dtype: str) -> tuple[dict[str, Any], int | None]:
+    """The run's config: rank 0 locks the folder, reads the input once (rows, sha256), checks the folder and
+    tells every rank; the lock's descriptor on rank 0 (held until the run ends), else ``None``.
 
     All ranks fail with rank 0's message, or none does.
     """
     verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
     failure: BaseException | None = None
+    lock: int | None = None
     if world.rank == 0:
         try:
+            lock = _lock_folder(job.out)  # before anything reads or changes the folder
             source = _fingerprint(job.source, job.fmt, job.text_field, job.id_field)
             config = _config(
                 job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
@@ -1009,12 +1133,17 @@ def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
             verdict = (config, None)
         except (ValueError, OSError, ImportError) as err:
             failure, verdict = err, (None, str(err))
-    config, problem = world.broadcast(verdict)
-    if failure is not None:
-        raise failure
-    if problem is not None or config is None:
-        raise ValueError(f"rank 0 stopped the run: {problem}")
-    return config
+    try:
+        config, problem = world.broadcast(verdict)
+        if failure is not None:
+            raise failure
+        if problem is not None or config is None:
+            raise ValueError(f"rank 0 stopped the run: {problem}")
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        raise
+    return config, lock
 
 
 def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], list[_Row], int, int]:
@@ -1077,6 +1206,7 @@ def _encode_shards(
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nosink-corpus-writer") as writer:
             for shard in reader:
+                progress.check()
                 encoded = _encode_shard(job, shard, progress)
                 del shard  # its texts and tokens
                 try:

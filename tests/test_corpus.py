@@ -1,5 +1,6 @@
 """Corpus encoding: torchrun ranks give encode()'s vectors in input order, resume after a kill, refuse mixing."""
 
+import fcntl
 import gc
 import json
 import os
@@ -509,3 +510,59 @@ def test_errors_on_the_reader_and_writer_threads_stop_the_run_after_the_write_in
     summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
     assert summary.ranks[0].shards_reused == 4
     _check_complete(out, reference, 300)
+
+
+def test_a_bad_row_in_one_ranks_part_stops_every_rank_with_one_clean_line_each(model, tmp_path):
+    """Rank 1 reports its bad row, rank 0 says rank 1 failed and why: no thread traceback, no lost connection."""
+    source = tmp_path / "c.jsonl"
+    texts = _texts(300)
+    texts[49] = ""  # line 50: shard 1 of 37 rows, rank 1's
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    command = [sys.executable, "-m", "nosink.cli", "encode-corpus", model, "--input", str(source), "--out",
+               str(tmp_path / "out"), "--shard-rows", "37", "--batch-size", "4", "--no-progress"]  # fmt: skip
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+               "WORLD_SIZE": "2"}  # fmt: skip
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    ranks = [subprocess.Popen(command, env={**environ, "RANK": str(r), "LOCAL_RANK": str(r)}, **pipes) for r in (0, 1)]
+    errs = [rank.communicate(timeout=600)[1] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [1, 1], errs
+    last = [err.strip().splitlines()[-1] for err in errs]
+    bad = "c.jsonl line 50: empty text; fix the row or skip bad rows"
+    assert last[1].startswith("nosink: error: ") and bad in last[1], errs[1]
+    assert last[0].startswith("nosink: error: rank 1 failed: ") and bad in last[0], errs[0]
+    for err in errs:
+        assert "Traceback" not in err and "Connection closed" not in err, err
+        assert err.count("nosink: error:") == 1, err
+
+
+def test_one_run_per_folder_at_a_time_and_a_killed_run_leaves_no_lock(encoder, tmp_path):
+    source, out = tmp_path / "c.txt", tmp_path / "out"
+    source.write_text("the cat sat\nthe dog ran\n")
+    out.mkdir()
+    held = os.open(out / ".lock", os.O_RDWR | os.O_CREAT)  # another run's hold: flock is per open file
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with pytest.raises(ValueError, match=r"another run is writing .*out now .*one run at a time per folder"):
+            encode_corpus(encoder, source, out, show_progress=False)
+        assert [p.name for p in out.iterdir()] == [".lock"]  # the refused run touched nothing
+    finally:
+        os.close(held)
+    holder = subprocess.Popen(  # a run that holds the folder, then is killed (SIGKILL: no cleanup)
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)", str(out / ".lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match="another run is writing"):
+            encode_corpus(encoder, source, out, show_progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert encode_corpus(encoder, source, out, show_progress=False).encoded == 2  # the kernel released the lock
+    assert encode_corpus(encoder, source, out, show_progress=False).encoded == 2  # and so did the finished run
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a corpus folder"):
+        encode_corpus(encoder, source, tmp_path / "busy", show_progress=False)
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]  # no lock file left in a foreign folder
