@@ -271,6 +271,12 @@ def _parse_line(raw: bytes, row: int, fmt: str, text_field: str, id_field: str |
     except json.JSONDecodeError as err:
         out.problem = f"invalid JSON ({err.msg} at column {err.colno})" if line.strip() else "empty line"
         return out
+    except RecursionError:
+        out.problem = "invalid JSON (nested too deeply)"
+        return out
+    except ValueError as err:  # an integer of more than 4300 digits, say
+        out.problem = f"invalid JSON ({' '.join(str(err).split()) or type(err).__name__})"
+        return out
     if not isinstance(record, dict):
         out.problem = f"not a JSON object (a {type(record).__name__})"
         return out
@@ -286,16 +292,28 @@ def _check_fields(out: _Row, record: dict[str, Any], text_field: str, id_field: 
     elif not text:
         out.problem = "empty text"
     else:
-        out.text = text
+        out.problem = _not_unicode(text, repr(text_field))
+        out.text = text if out.problem is None else None
     if out.problem is None and id_field is not None:
         value = record.get(id_field)
         if value is None:
             out.problem = f"no {id_field!r} field" if id_field not in record else f"{id_field!r} is null"
         elif isinstance(value, bool) or not isinstance(value, (str, int)):
             out.problem = f"{id_field!r} is a {type(value).__name__}; ids must be strings or integers"
+        elif isinstance(value, str) and (problem := _not_unicode(value, f"the id {id_field!r}")):
+            out.problem = problem
         else:
             out.id = str(value)
     return out
+
+
+def _not_unicode(text: str, name: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a lone surrogate, from JSON's ``\\ud800``), or ``None``."""
+    try:
+        _texts.check_unicode(text, name)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def _shards_of(
@@ -932,8 +950,9 @@ def encode_corpus(
     ``text_field``, an optional id in ``id_field``) and ``.parquet`` (columns ``text_field`` and
     ``id_field``; needs pyarrow). Row ``i`` is the ``i``-th line or record, counted from 0.
 
-    Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON, a missing or non-string
-    field, an id that is neither a string nor an integer) raise :class:`BadRowError` with their line
+    Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON (too deeply nested included), a
+    missing or non-string field, a text or id with a lone surrogate, an id that is neither a string nor an
+    integer) raise :class:`BadRowError` with their line
     number, or with ``on_bad_row="skip"`` are left out, logged and listed in the manifest.
 
     Args:

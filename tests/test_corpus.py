@@ -209,10 +209,17 @@ BAD = [
     ('{"text": "the cat"}\n{"text": 3}\n', "line 2: 'text' is a int, not a string"),
     ('{"text": "the cat"}\n["the cat"]\n', "line 2: not a JSON object"),
     ('{"text": "the cat"}\n{"text": "  "}\n', "line 2: the text has no tokens"),
+    ('{"text": "the cat"}\n{"text": "a\\ud800b"}\n', "line 2: 'text' holds a lone surrogate .U.D800. at character 1"),
+    (
+        '{"text": "the cat"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+        "line 2: invalid JSON .nested too deeply",
+    ),
+    ('{"text": "the cat"}\n{"text": 1' + "0" * 5000 + "}\n", "line 2: invalid JSON .Exceeds the limit .4300 digits"),
+    ('{"text": "the cat"}\n{"text": NaN}\n', "line 2: 'text' is a float, not a string"),
 ]
 
 
-@pytest.mark.parametrize(("content", "message"), BAD, ids=[m for _, m in BAD])
+@pytest.mark.parametrize(("content", "message"), BAD, ids=[m[:40] for _, m in BAD])
 def test_bad_rows_are_fatal_with_their_line_number(encoder, tmp_path, content, message):
     source = tmp_path / "c.jsonl"
     source.write_text(content)
@@ -236,6 +243,32 @@ def test_bad_rows_can_be_skipped_and_are_counted(encoder, tmp_path):
     ]
     assert got.manifest["skipped"] == 3 and got.manifest["encoded"] == 3 and got.manifest["rows"] == 6
     np.testing.assert_allclose(got.vectors[:], encoder.encode(["the cat", "a dog", "i like food"]), atol=1e-5)
+
+
+def test_rows_that_the_tokenizer_or_the_json_parser_would_choke_on_are_bad_rows_that_can_be_skipped(encoder, tmp_path):
+    source = tmp_path / "c.jsonl"
+    rows = [
+        '{"text": "the cat", "id": "a"}',
+        '{"text": "the\\udfffdog", "id": "b"}',  # a lone surrogate: the tokenizer's TypeError before
+        '{"text": "a dog", "id": "c\\ud800"}',  # in an id: a UnicodeEncodeError when the shard was written
+        '{"text": ' + "[" * 50_000 + "]" * 50_000 + "}",  # RecursionError in the JSON parser
+        '{"text": "a bird", "id": 1' + "0" * 5000 + "}",  # int() refuses more than 4300 digits
+        '{"text": "i like food", "id": "d"}',
+    ]
+    source.write_text("\n".join(rows) + "\n")
+    with pytest.raises(BadRowError, match="line 2: 'text' holds a lone surrogate") as err:
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", show_progress=False)
+    assert err.value.row == 1
+    encode_corpus(encoder, source, tmp_path / "out", id_field="id", on_bad_row="skip", show_progress=False)
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.rows.tolist() == [0, 5] and got.ids == ["a", "d"]
+    reasons = [(s["line"], s["reason"][:40]) for s in got.manifest["skipped_rows"]]
+    assert reasons == [
+        (2, "'text' holds a lone surrogate (U+DFFF) a"),
+        (3, "the id 'id' holds a lone surrogate (U+D8"),
+        (4, "invalid JSON (nested too deeply)"),
+        (5, "invalid JSON (Exceeds the limit (4300 di"),
+    ]
 
 
 def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch):
