@@ -705,14 +705,35 @@ def _seal_shard(shard: _ShardFile) -> str:
     return shard.seal()
 
 
-def _done_shard(out: Path, k: int, config_sha: str) -> dict[str, Any] | None:
-    """Shard ``k``'s record if the shard is complete and its file matches its sha256; else ``None``."""
+def _done_shard(out: Path, k: int, config_sha: str, shard_rows: int, n_rows: int) -> dict[str, Any] | None:
+    """Shard ``k``'s record if the shard is complete and its file matches its sha256; else ``None``.
+
+    A record that is unreadable or whose fields are not what this run would write (a damaged or edited
+    file) does not count: the shard is encoded again.
+    """
     record_file = out / f"shard-{k:05d}.json"
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
+        record = _load_json(record_file)
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or record.get("shard") != k or record.get("config_sha256") != config_sha:
+    if not isinstance(record, dict) or record.get("config_sha256") != config_sha:
+        return None
+    first, end = k * shard_rows, min((k + 1) * shard_rows, n_rows)
+    skipped = record.get("skipped")
+    well_formed = (
+        type(record.get("shard")) is int and record["shard"] == k
+        and record.get("file") == _shard_name(k)
+        and type(record.get("first_row")) is int and record["first_row"] == first
+        and type(record.get("end_row")) is int and record["end_row"] == end
+        and all(_is_count(record.get(key)) for key in ("rows", "tokens", "truncated"))
+        and isinstance(record.get("sha256"), str)
+        and isinstance(skipped, list)
+        and record["rows"] + len(skipped) == end - first
+        and all(isinstance(r, dict) and _is_count(r.get("row")) and isinstance(r.get("reason"), str)
+                and (r.get("line") is None or _is_count(r.get("line"))) for r in skipped)
+    )  # fmt: skip
+    if not well_formed:
+        logger.warning("the record of shard %d in %s is damaged: encoding the shard again", k, out)
         return None
     shard = out / _shard_name(k)
     if not shard.is_file() or _sha256(shard) != record.get("sha256"):
@@ -797,7 +818,7 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
     run_file = out / RUN_FILE
     if run_file.is_file():
         try:
-            old = json.loads(run_file.read_text(encoding="utf-8"))
+            old = _load_json(run_file)
         except (OSError, ValueError) as err:
             problem = printable(str(err))
             raise ValueError(f"{printable(str(run_file))} is unreadable ({problem}); use a new folder") from None
@@ -1086,7 +1107,7 @@ def _run_shards(job: _Job, world: _World, config: dict[str, Any], progress: _Pro
     n_shards = (n_rows + job.shard_rows - 1) // job.shard_rows
     reused, todo = [], []
     for k in range(world.rank, n_shards, world.size):  # shard k on rank k % size
-        record = _done_shard(job.out, k, config_sha)
+        record = _done_shard(job.out, k, config_sha, job.shard_rows, n_rows)
         if record is None:
             todo.append(k)
         else:
@@ -1407,21 +1428,136 @@ class CorpusEmbeddings:
         return len(self.rows)
 
 
+_MAX_INT = 2**63 - 1  # what the shards' int64 rows hold
+
+
+def _is_count(value: Any) -> bool:
+    """A non-negative integer that fits int64 (``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
+
+
+def _is_plain_name(name: Any) -> bool:
+    """A file name without a folder: no separator, not ``.`` or ``..``, not absolute, printable."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\0")
+        and not os.path.isabs(name)
+        and printable(name) == name
+    )
+
+
+def _load_json(path: Path) -> Any:
+    """A JSON file's value.
+
+    Raises:
+        OSError: if it cannot be read; ValueError if it is not UTF-8 JSON or is nested too deeply.
+    """
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
+
+
+def _check_manifest(manifest: Any, where: str) -> None:
+    """Refuse a manifest whose fields are missing or of the wrong type, naming the field.
+
+    Raises:
+        OSError: ``<where> is damaged: <field> ...``.
+    """
+
+    def bad(field_name: str, what: str, value: Any = ...) -> OSError:
+        got = "" if value is ... else f", got {printable(repr(value))[:80]}"
+        return OSError(f"{where} is damaged: {field_name} must be {what}{got}; encode the corpus again")
+
+    if not isinstance(manifest, dict):
+        raise OSError(f"{where} is damaged: it is not a JSON object; encode the corpus again")
+    for name in ("rows", "dimension"):
+        if name not in manifest:
+            raise bad(name, "present (a count)")
+        if not _is_count(manifest[name]):
+            raise bad(name, "a non-negative integer", manifest[name])
+    if manifest.get("dtype") not in DTYPES:
+        raise bad("dtype", f"one of {', '.join(DTYPES)}", manifest.get("dtype"))
+    if manifest.get("id_field") is not None and not isinstance(manifest["id_field"], str):
+        raise bad("id_field", "a string or null", manifest["id_field"])
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise bad("shards", "a list", shards)
+    for i, entry in enumerate(shards):
+        if not isinstance(entry, dict):
+            raise bad(f"shards[{i}]", "an object", entry)
+        for key in SHARD_KEYS:
+            if key not in entry:
+                raise bad(f"shards[{i}].{key}", "present")
+        for key in ("first_row", "end_row", "rows", "tokens"):
+            if not _is_count(entry[key]):
+                raise bad(f"shards[{i}].{key}", "a non-negative integer", entry[key])
+        if not _is_plain_name(entry["file"]):
+            raise bad(f"shards[{i}].file", "a plain file name in the folder (no folder, '..' or absolute path)",
+                      entry["file"])  # fmt: skip
+        sha = entry["sha256"]
+        if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+            raise bad(f"shards[{i}].sha256", "64 hex digits", sha)
+        if entry["rows"] > entry["end_row"] - entry["first_row"]:
+            raise bad(f"shards[{i}].rows", "at most end_row - first_row", entry["rows"])
+
+
 def _memmap_tensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
-    """Every tensor of a safetensors file, memory-mapped (nothing is read yet), with its safetensors dtype."""
+    """Every tensor of a safetensors file, memory-mapped (nothing is read yet), with its safetensors dtype.
+
+    Raises:
+        ValueError: saying what is wrong with the header (its size, its JSON, a tensor's entry).
+    """
+    size = path.stat().st_size
     with path.open("rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"the file has {size} bytes, fewer than the 8 of a header size")
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            raise ValueError(f"its header size says {n} bytes, but the file has {size - 8} after it")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except RecursionError:
+        raise ValueError("its header is nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"its header is not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
     out = {}
+    data = size - 8 - n
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        shape, (start, end), numpy_dtype = tuple(info["shape"]), info["data_offsets"], _ST_DTYPES[info["dtype"]]
+        if not isinstance(info, dict) or info.get("dtype") not in _ST_DTYPES:
+            raise ValueError(f"tensor {printable(repr(name))} has no known dtype")
+        shape, offsets = info.get("shape"), info.get("data_offsets")
+        if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
+            raise ValueError(f"tensor {printable(repr(name))} has a bad shape {printable(repr(shape))[:80]}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+            raise ValueError(f"tensor {printable(repr(name))} has bad data_offsets {printable(repr(offsets))[:80]}")
+        numpy_dtype = _ST_DTYPES[info["dtype"]]
+        start, end = offsets
+        if not start <= end <= data or end - start != int(np.prod(shape)) * np.dtype(numpy_dtype).itemsize:
+            raise ValueError(f"tensor {printable(repr(name))}'s data_offsets do not fit its shape or the file")
         if end == start:
-            out[name] = np.empty(shape, dtype=numpy_dtype), info["dtype"]
+            out[name] = np.empty(tuple(shape), dtype=numpy_dtype), info["dtype"]
         else:
-            out[name] = np.memmap(path, numpy_dtype, mode="r", offset=8 + n + start, shape=shape), info["dtype"]
+            out[name] = np.memmap(path, numpy_dtype, mode="r", offset=8 + n + start, shape=tuple(shape)), info["dtype"]
     return out
+
+
+def _shard_path(root: Path, name: str) -> Path:
+    """``root / name``, refused if a symlink takes it out of ``root``."""
+    path = root / name
+    real, inside = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, inside]) != inside:
+        raise OSError(f"shard {printable(name)} is a link to {printable(real)}, outside {printable(str(root))}; "
+                      "a corpus folder's shards must be inside it")  # fmt: skip
+    return path
 
 
 def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = True) -> CorpusEmbeddings:
@@ -1433,32 +1569,32 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
 
     Raises:
         FileNotFoundError: if the folder has no ``manifest.json`` (the run did not finish) or a shard is missing.
-        OSError: if a shard is corrupt (checksum, shape or rows that disagree with the manifest), or the
-            manifest is unreadable or of a newer format.
+        OSError: if a shard is corrupt (checksum, header, shape or rows that disagree with the manifest), or
+            the manifest is unreadable, damaged (a field missing or of the wrong type, named in the message;
+            a shard file named with a folder or outside the folder) or of a newer format.
     """
     root = Path(os.path.expanduser(os.fspath(folder)))
     manifest_file = root / MANIFEST
+    where = printable(str(manifest_file))
     if not manifest_file.is_file():
         hint = " (the run did not finish: run the same command again)" if (root / RUN_FILE).is_file() else ""
         raise FileNotFoundError(f"no {MANIFEST} in {printable(str(root))}{hint}")
     try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-        shards, dimension = manifest["shards"], int(manifest["dimension"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
-    if manifest.get("format") != FORMAT:
+        manifest = _load_json(manifest_file)
+    except ValueError as err:
+        raise OSError(f"{where} is unreadable ({printable(str(err))})") from None
+    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
         found = printable(repr(manifest.get("format")))
-        raise OSError(f"{printable(str(manifest_file))} has format {found}; this version of nosink reads {FORMAT}")
+        raise OSError(f"{where} has format {found}; this version of nosink reads {FORMAT}")
+    _check_manifest(manifest, where)
+    shards, dimension = manifest["shards"], manifest["dimension"]
     redo = "; run the same encode-corpus command again to redo it"
-    try:
-        all_rows = np.empty(sum(int(entry["rows"]) for entry in shards), dtype=np.int64)  # 8 bytes a row
-    except (KeyError, TypeError, ValueError) as err:
-        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
     parts: list[np.ndarray] = []
+    row_parts: list[np.ndarray] = []
     id_parts: list[tuple[np.ndarray, np.ndarray]] | None = [] if manifest.get("id_field") else None
-    kinds, expected_start, filled = set(), 0, 0
+    kinds, expected_start = set(), 0
     for entry in shards:
-        path = root / entry["file"]
+        path = _shard_path(root, entry["file"])
         if not path.is_file():
             raise FileNotFoundError(f"shard {printable(entry['file'])} listed in the manifest is missing{redo}")
         if entry["first_row"] != expected_start:
@@ -1468,14 +1604,18 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
             raise OSError(f"shard {printable(entry['file'])} is corrupt: its sha256 differs from the manifest{redo}")
         try:
             tensors = _memmap_tensors(path)
+            for name in ("vectors", "rows", *(("ids_utf8", "ids_offsets") if id_parts is not None else ())):
+                if name not in tensors:
+                    raise ValueError(f"it has no {name!r} tensor")
             (matrix, kind), (shard_rows, _) = tensors["vectors"], tensors["rows"]
             if id_parts is not None:
                 blob, offsets = tensors["ids_utf8"][0], tensors["ids_offsets"][0]
                 if len(offsets) != len(shard_rows) + 1 or offsets[0] != 0 or offsets[-1] != len(blob):
                     raise ValueError("its ids do not match its rows")
                 id_parts.append((blob, offsets))
-        except Exception as err:  # a damaged header, a missing tensor, a file shorter than its header says
-            raise OSError(f"shard {printable(entry['file'])} is unreadable ({printable(str(err))}){redo}") from None
+        except (ValueError, OSError) as err:  # a damaged header, a missing tensor, a file shorter than it says
+            reason = printable(str(err)) or type(err).__name__
+            raise OSError(f"shard {printable(entry['file'])} is unreadable ({reason}){redo}") from None
         if matrix.shape != (entry["rows"], dimension) or len(shard_rows) != entry["rows"]:
             shape = (entry["rows"], dimension)
             raise OSError(f"shard {printable(entry['file'])} holds {matrix.shape} vectors, not {shape}{redo}")
@@ -1483,13 +1623,15 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
                                 or np.any(np.diff(shard_rows) <= 0)):  # fmt: skip
             raise OSError(f"shard {printable(entry['file'])} has rows outside its range or out of order{redo}")
         parts.append(matrix)
-        all_rows[filled : filled + len(shard_rows)] = shard_rows
-        filled += len(shard_rows)
+        row_parts.append(shard_rows)
         kinds.add(kind)
     if expected_start != manifest["rows"]:
         raise OSError(f"the manifest's shards cover {expected_start} of {manifest['rows']} input rows")
-    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(manifest.get("dtype"))
+    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[manifest["dtype"]]
     if kinds - {stored}:
-        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest.get('dtype')}")
+        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest['dtype']}")
+    all_rows = (
+        np.concatenate([np.asarray(r, dtype=np.int64) for r in row_parts]) if row_parts else np.empty(0, np.int64)
+    )
     vectors = ShardedMatrix(parts, dimension, manifest["dtype"])
     return CorpusEmbeddings(vectors, all_rows, CorpusIds(id_parts) if id_parts is not None else None, manifest)

@@ -599,3 +599,87 @@ def test_one_run_per_folder_at_a_time_and_a_killed_run_leaves_no_lock(encoder, t
     with pytest.raises(ValueError, match="not a corpus folder"):
         encode_corpus(encoder, source, tmp_path / "busy", show_progress=False)
     assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]  # no lock file left in a foreign folder
+
+
+def _corpus_folder(encoder, tmp_path, name):
+    source = tmp_path / "c.txt"
+    source.write_text("the cat sat\nthe dog ran\na bird\n")
+    encode_corpus(encoder, source, tmp_path / name, shard_rows=2, show_progress=False)
+    return tmp_path / name
+
+
+def _edit_manifest(folder, edit):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_manifest_cannot_name_shards_outside_its_folder(encoder, tmp_path):
+    a, b = _corpus_folder(encoder, tmp_path, "A"), _corpus_folder(encoder, tmp_path, "B")
+    original = (b / "manifest.json").read_text()
+    for name in ("../A/shard-00000.safetensors", str(a / "shard-00000.safetensors"), "..", "sub\\shard.st"):
+        _edit_manifest(b, lambda m, name=name: m["shards"][0].update(file=name))
+        with pytest.raises(OSError, match=r"manifest\.json is damaged: shards\[0\]\.file must be a plain file name"):
+            load_corpus_embeddings(b)
+        (b / "manifest.json").write_text(original)
+    (b / "shard-00000.safetensors").unlink()
+    (b / "shard-00000.safetensors").symlink_to(a / "shard-00000.safetensors")  # the same bytes, but A's file
+    with pytest.raises(OSError, match=r"shard shard-00000\.safetensors is a link to .*A/shard-00000\.safetensors, out"):
+        load_corpus_embeddings(b)
+
+
+DAMAGED = [
+    (lambda m: m["shards"][0].pop("first_row"), r"shards\[0\]\.first_row must be present"),
+    (lambda m: m["shards"][1].update(rows=True), r"shards\[1\]\.rows must be a non-negative integer, got True"),
+    (lambda m: m["shards"][0].update(end_row=2**64), r"shards\[0\]\.end_row must be a non-negative integer"),
+    (lambda m: m["shards"][0].update(first_row=-1), r"shards\[0\]\.first_row must be a non-negative integer"),
+    (lambda m: m["shards"][0].update(sha256=7), r"shards\[0\]\.sha256 must be 64 hex digits, got 7"),
+    (lambda m: m["shards"][0].update(file=["x"]), r"shards\[0\]\.file must be a plain file name"),
+    (lambda m: m["shards"].__setitem__(0, "x"), r"shards\[0\] must be an object"),
+    (lambda m: m.update(shards={"0": 1}), r"shards must be a list"),
+    (lambda m: m.update(dimension="32"), r"dimension must be a non-negative integer, got '32'"),
+    (lambda m: m.pop("rows"), r"rows must be present"),
+    (lambda m: m.update(dtype=None), r"dtype must be one of float32"),
+    (lambda m: m.update(id_field=3), r"id_field must be a string or null"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), DAMAGED, ids=[m[:30] for _, m in DAMAGED])
+def test_a_damaged_manifest_is_an_oserror_naming_the_file_and_the_field(encoder, tmp_path, edit, message):
+    folder = _corpus_folder(encoder, tmp_path, "out")
+    _edit_manifest(folder, edit)
+    with pytest.raises(OSError, match=r"out/manifest\.json is damaged: " + message):
+        load_corpus_embeddings(folder)
+
+
+def test_deeply_nested_json_and_damaged_shard_headers_and_records_say_what_is_wrong(encoder, tmp_path):
+    folder = _corpus_folder(encoder, tmp_path, "out")
+    manifest = (folder / "manifest.json").read_text()
+    (folder / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(OSError, match=r"manifest\.json is unreadable \(its JSON is nested too deeply\)"):
+        load_corpus_embeddings(folder)
+    (folder / "manifest.json").write_text(manifest)
+    shard = folder / "shard-00001.safetensors"
+    data = shard.read_bytes()
+    headers = [
+        ((2**62).to_bytes(8, "little") + data[8:], r"its header size says 4611686018427387904 bytes, but the file"),
+        (data[:4], "the file has 4 bytes, fewer than the 8 of a header size"),
+        (data[:8] + b"x" + data[9:], r"its header is not JSON \(JSONDecodeError"),
+        (data.replace(b'"vectors"', b'"vektors"'), "it has no 'vectors' tensor"),
+        (data.replace(b'"dtype":"I64"', b'"dtype":"I65"', 1), "tensor 'rows' has no known dtype"),
+    ]
+    for damaged, reason in headers:
+        shard.write_bytes(damaged)
+        with pytest.raises(OSError, match=r"shard shard-00001\.safetensors is unreadable \(" + reason):
+            load_corpus_embeddings(folder, verify=False)
+    shard.write_bytes(data)
+
+    (folder / "shard-00000.json").write_text("[" * 100_000 + "]" * 100_000)  # resuming reads the records
+    record = json.loads((folder / "shard-00001.json").read_text())
+    (folder / "shard-00001.json").write_text(json.dumps({**record, "first_row": "2"}))
+    summary = encode_corpus(encoder, tmp_path / "c.txt", folder, shard_rows=2, show_progress=False)
+    assert summary.ranks[0].shards_written == 2 and summary.encoded == 3  # both redone, not a crash
+    assert len(load_corpus_embeddings(folder)) == 3
+    (folder / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"run\.json is unreadable \(its JSON is nested too deeply\); use a new"):
+        encode_corpus(encoder, tmp_path / "c.txt", folder, shard_rows=2, show_progress=False)
