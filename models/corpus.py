@@ -46,12 +46,13 @@ import json
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
@@ -85,6 +86,7 @@ FORMAT = 1  # version of the corpus folder layout
 RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
 LOCK_FILE = ".lock"  # rank 0 holds an exclusive flock on it while a run writes the folder
+SPOOL = ".input-{}.tmp"  # standard input (or a pipe), copied into the folder by rank 0 for the run
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BOM = b"\xef\xbb\xbf"
@@ -213,14 +215,51 @@ class _Row:
     problem: str | None = None
 
 
-def _input_format(path: Path) -> str:
+def _input_format(path: Path, given: str | None, label: str) -> str:
+    """The input's format: ``given`` (``input_format``), else from the file's suffix."""
+    formats = sorted(set(INPUT_FORMATS.values()))
+    if given is not None:
+        if given not in formats:
+            raise ValueError(f"input_format must be one of {', '.join(formats)}, got {printable(repr(given))}")
+        return given
     fmt = INPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ValueError(
-            f"cannot read {printable(str(path))}: the input must end in {', '.join(INPUT_FORMATS)} "
-            "(one text a line, JSON lines, or parquet)"
+            f"cannot tell the format of {printable(label)}: the input must end in {', '.join(INPUT_FORMATS)} "
+            f"(one text a line, JSON lines, or parquet), or name it with input_format= (--format {'|'.join(formats)})"
         )
     return fmt
+
+
+def _stream_kind(name: str, path: Path) -> str | None:
+    """``"stdin"`` for ``-``, ``"pipe"`` for a path that is not a regular file (``/dev/stdin`` on a pipe, a
+    FIFO), else ``None`` (a file, read as often as needed)."""
+    if name == "-":
+        return "stdin"
+    return "pipe" if path.exists() and not path.is_file() else None
+
+
+def _spool(stdin: bool, path: Path, out: Path) -> Path:
+    """Copy standard input (or the pipe at ``path``) into the folder, where every pass and rank can read it.
+
+    Called by rank 0 while it holds the folder's lock, which is why older copies (a killed run's) can go.
+    """
+    for stale in out.glob(SPOOL.format("*")):
+        stale.unlink(missing_ok=True)
+    target = out / SPOOL.format(uuid.uuid4().hex[:8])
+    try:
+        with target.open("wb") as dst:
+            src = sys.stdin.buffer if stdin else path.open("rb")
+            try:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            finally:
+                if src is not sys.stdin.buffer:
+                    src.close()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _parquet() -> Any:
@@ -407,7 +446,7 @@ def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
             if r.id is not None and _id_hash(r.id) in suspects:
                 first = seen.setdefault(r.id, r)
                 if first is not r:
-                    raise DuplicateIdError(str(job.source), r.id, first, r)
+                    raise DuplicateIdError(job.label, r.id, first, r)
 
 
 _END = object()
@@ -840,9 +879,11 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
 
 
 def _refuse_foreign(out: Path) -> None:
-    """Refuse a path that is a file, or a folder that holds files but no ``run.json`` (the lock file aside)."""
+    """Refuse a path that is a file, or a folder that holds files but no ``run.json`` (the lock and input aside)."""
+    ours = [LOCK_FILE, SPOOL.format("*")]
     if out.exists() and (
-        not out.is_dir() or (not (out / RUN_FILE).exists() and any(p.name != LOCK_FILE for p in out.iterdir()))
+        not out.is_dir()
+        or (not (out / RUN_FILE).exists() and any(not any(p.match(o) for o in ours) for p in out.iterdir()))
     ):
         raise ValueError(
             f"{printable(str(out))} exists and is not a corpus folder (no {RUN_FILE}); "
@@ -917,7 +958,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
         rows[i].problem = "the text has no tokens"
     if empty and job.on_bad_row == "error":
         first = rows[min(empty)]
-        raise BadRowError(str(job.source), first.row, first.line, first.problem or "")
+        raise BadRowError(job.label, first.row, first.line, first.problem or "")
     keep = [i for i in range(len(rows)) if i not in empty]
     ids = [rows[i].id or "" for i in keep] if job.id_field is not None else None
     encoder = job.encoder
@@ -956,6 +997,7 @@ def encode_corpus(
     exit_layer: int | None = None,
     shard_rows: int = 10_000,
     on_bad_row: Literal["error", "skip"] = "error",
+    input_format: Literal["txt", "jsonl", "parquet"] | None = None,
     show_progress: bool = True,
     progress_interval: float = 1.0,
     timeout: timedelta = timedelta(hours=12),
@@ -971,6 +1013,12 @@ def encode_corpus(
     ``text_field``, an optional id in ``id_field``) and ``.parquet`` (columns ``text_field`` and
     ``id_field``; needs pyarrow). Row ``i`` is the ``i``-th line or record, counted from 0.
 
+    Standard input (``input_path="-"``) or a pipe (``/dev/stdin``, a FIFO) can be read once only, so rank 0
+    first copies it into the output folder (as ``.input-*.tmp``, removed when the run ends) and every pass
+    and rank reads the copy; its format must be given (``input_format``). A rerun that pipes the same
+    bytes resumes (the input is known by its sha256, not its name); other bytes are refused as a changed
+    input.
+
     Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON (too deeply nested included), a
     missing or non-string field, a text or id with a lone surrogate, an id that is neither a string nor an
     integer) raise :class:`BadRowError` with their line
@@ -978,7 +1026,7 @@ def encode_corpus(
 
     Args:
         encoder: an :class:`~nosink.EncoderFromDecoder` with a tokenizer, on this process's device.
-        input_path: the corpus file.
+        input_path: the corpus file, or ``"-"`` for standard input.
         out_dir: the corpus folder: new, empty, or one this call wrote before with the same arguments.
         text_field: the text's field or column (jsonl, parquet).
         id_field: a field or column of row ids to keep beside the vectors (strings or integers, unique).
@@ -993,6 +1041,8 @@ def encode_corpus(
             it was built with one). The manifest records it, and a rerun with another is refused.
         shard_rows: input rows per shard (also the window within which texts are sorted by length).
         on_bad_row: ``"error"`` (default) or ``"skip"``.
+        input_format: ``"txt"``, ``"jsonl"`` or ``"parquet"``; ``None`` (default): from the input's suffix.
+            Needed for standard input (``input_path="-"``) and pipes such as ``/dev/stdin``.
         show_progress: a tqdm bar on rank 0, counting rows of all ranks.
         progress_interval: seconds between the ranks' progress exchanges.
         timeout: how long a rank waits for the others in a collective (the start and the end).
@@ -1012,12 +1062,15 @@ def encode_corpus(
         ImportError: for parquet input without pyarrow.
         SpecError: if the encoder's spec does not fit its first ``exit_layer`` layers.
     """
-    source_path = Path(os.path.expanduser(os.fspath(input_path)))
+    name = os.fspath(input_path)
+    source_path = Path(os.path.expanduser(name))
     out = Path(os.path.expanduser(os.fspath(out_dir)))
-    fmt = _input_format(source_path)
+    stream = _stream_kind(name, source_path)
+    label = "standard input" if stream == "stdin" else str(source_path)
+    fmt = _input_format(source_path, input_format, label)
     if fmt == "txt" and id_field is not None:
         raise ValueError("id_field needs a .jsonl or .parquet input: a .txt file has no fields (rows are numbered)")
-    if not source_path.is_file():
+    if not stream and not source_path.is_file():
         raise FileNotFoundError(f"no input file at {printable(str(source_path))}")
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {printable(repr(pooling))}; expected one of {', '.join(POOLINGS)}")
@@ -1040,12 +1093,16 @@ def encode_corpus(
     world = _join(device, timeout)
     started = time.perf_counter()  # every process has joined (each loaded its model before)
     lock: int | None = None  # rank 0's hold on the folder
+    spool: Path | None = None  # rank 0's copy of standard input
     try:
         job = _Job(
             encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
-            batch_size, max_length, shard_rows, on_bad_row, plan,
+            batch_size, max_length, shard_rows, on_bad_row, plan, label, stream,
         )  # fmt: skip
-        config, lock = _agree(world, job, dtype)
+        config, lock, copy = _agree(world, job, dtype)
+        if copy is not None:  # every rank reads rank 0's copy of the stream
+            job = replace(job, source=Path(copy))
+            spool = job.source if world.rank == 0 else None
         out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
         progress = _Progress(world, config["input"]["rows"], show_progress, progress_interval)
         try:
@@ -1065,6 +1122,8 @@ def encode_corpus(
             torch.distributed.destroy_process_group()
         raise
     finally:
+        if spool is not None:
+            spool.unlink(missing_ok=True)
         if lock is not None:
             os.close(lock)  # releases the folder
 
@@ -1149,41 +1208,48 @@ class _Job:
     shard_rows: int
     on_bad_row: str
     plan: Any  # the encoder's plan at this run's exit layer
+    label: str  # the input as messages name it (the path, or "standard input")
+    stream: str | None  # "stdin" or "pipe": rank 0 copies it into the folder first (source is then the copy)
 
 
-def _agree(world: _World, job: _Job, dtype: str) -> tuple[dict[str, Any], int | None]:
+def _agree(world: _World, job: _Job, dtype: str) -> tuple[dict[str, Any], int | None, str | None]:
     """The run's config: rank 0 locks the folder, reads the input once (rows, sha256), checks the folder and
-    tells every rank; the lock's descriptor on rank 0 (held until the run ends), else ``None``.
+    tells every rank. Also the lock's descriptor on rank 0 (held until the run ends), else ``None``, and the
+    path of rank 0's copy of a streamed input (``None`` for a file).
 
     All ranks fail with rank 0's message, or none does.
     """
-    verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
+    verdict: tuple[dict[str, Any] | None, str | None, str | None] = (None, None, None)
     failure: BaseException | None = None
     lock: int | None = None
+    copy: Path | None = None
     if world.rank == 0:
         try:
             lock = _lock_folder(job.out)  # before anything reads or changes the folder
-            source = _fingerprint(job.source, job.fmt, job.text_field, job.id_field)
+            copy = _spool(job.stream == "stdin", job.source, job.out) if job.stream else None
+            source = _fingerprint(copy or job.source, job.fmt, job.text_field, job.id_field)
             config = _config(
                 job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
                 pooling=job.pooling, normalize=job.normalize, dtype=dtype, max_length=job.max_length,
                 shard_rows=job.shard_rows, source=source, exit_layer=job.plan.exit_layer,
             )  # fmt: skip
             _prepare_folder(job.out, config)
-            verdict = (config, None)
+            verdict = (config, None, None if copy is None else str(copy))
         except (ValueError, OSError, ImportError) as err:
-            failure, verdict = err, (None, str(err))
+            failure, verdict = err, (None, str(err), None)
     try:
-        config, problem = world.broadcast(verdict)
+        config, problem, copied = world.broadcast(verdict)
         if failure is not None:
             raise failure
         if problem is not None or config is None:
             raise ValueError(f"rank 0 stopped the run: {problem}")
     except BaseException:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
         if lock is not None:
             os.close(lock)
         raise
-    return config, lock
+    return config, lock, copied
 
 
 def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], list[_Row], int, int]:
@@ -1194,7 +1260,7 @@ def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_Shard
     """
     bad = [r for r in shard.rows if r.problem is not None]
     if bad and job.on_bad_row == "error":
-        raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
+        raise BadRowError(job.label, bad[0].row, bad[0].line, bad[0].problem or "")
     progress.add(len(bad))
     _clean_tmp(job.out, shard.k)  # left by a run killed while writing this shard
     file, no_tokens, n_tokens, cut = _encode_rows(job, shard, progress)

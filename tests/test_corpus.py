@@ -2,6 +2,7 @@
 
 import fcntl
 import gc
+import io
 import json
 import os
 import random
@@ -683,3 +684,51 @@ def test_deeply_nested_json_and_damaged_shard_headers_and_records_say_what_is_wr
     (folder / "run.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match=r"run\.json is unreadable \(its JSON is nested too deeply\); use a new"):
         encode_corpus(encoder, tmp_path / "c.txt", folder, shard_rows=2, show_progress=False)
+
+
+def test_standard_input_and_pipes_with_a_format_resume_by_content(model, encoder, tmp_path, monkeypatch, capsys):
+    from nosink.cli import main
+
+    texts = _texts(30, seed=3)
+    data = "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)).encode()
+    out = tmp_path / "out"
+    args = ["encode-corpus", model, "--input", "-", "--out", str(out), "--id-field", "id", "--shard-rows", "8",
+            "--no-progress"]  # fmt: skip
+
+    def stdin(content):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(content)))
+
+    stdin(data)
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot tell the format of standard input" in err and "--format jsonl|parquet|txt" in err
+    assert not out.exists()
+    stdin(data)
+    assert main([*args, "--format", "jsonl"]) == 0
+    got = load_corpus_embeddings(out)
+    assert got.ids == [f"d{i}" for i in range(30)]
+    np.testing.assert_allclose(np.asarray(got.vectors), encoder.encode(texts), atol=1e-5, rtol=0)
+    assert sorted(p.name for p in out.glob(".*")) == [".lock"]  # the copy of standard input is gone
+    (out / "shard-00002.json").unlink()
+    stdin(data)  # the same bytes again: a resume
+    assert main([*args, "--format", "jsonl"]) == 0
+    assert "30 of 30 rows have vectors (22 from earlier runs)" in capsys.readouterr().out
+    assert load_corpus_embeddings(out).manifest["summary"]["ranks"][0]["shards_reused"] == 3
+    stdin(data[: data.rindex(b"{")])  # other bytes: a changed input
+    assert main([*args, "--format", "jsonl"]) == 1
+    assert "input {'format': 'jsonl', 'rows': 30" in capsys.readouterr().err
+    assert sorted(p.name for p in out.glob(".*")) == [".lock"]
+
+    bad = b'{"text": "the cat"}\n{"text": ""}\n'
+    stdin(bad)
+    with pytest.raises(BadRowError, match=r"^standard input line 2: empty text"):
+        encode_corpus(encoder, "-", tmp_path / "bad", input_format="jsonl", show_progress=False)
+
+    # /dev/stdin on a pipe (not a regular file): read once, through the same copy
+    command = [sys.executable, "-m", "nosink.cli", "encode-corpus", model, "--input", "/dev/stdin", "--out",
+               str(tmp_path / "piped"), "--shard-rows", "8", "--no-progress"]  # fmt: skip
+    done = subprocess.run([*command, "--format", "jsonl"], input=data, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_allclose(np.asarray(load_corpus_embeddings(tmp_path / "piped").vectors), np.asarray(got.vectors))
+    done = subprocess.run(command, input=data, capture_output=True, timeout=600)
+    assert done.returncode == 1 and b"cannot tell the format of /dev/stdin" in done.stderr
