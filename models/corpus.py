@@ -901,7 +901,11 @@ def _lock_folder(out: Path) -> int | None:
     Raises:
         ValueError: if another run holds the lock (it is writing the folder now).
     """
-    _refuse_foreign(out)  # before creating anything in a folder that is not ours
+    try:
+        _refuse_foreign(out)  # before creating anything in a folder that is not ours
+    except ValueError:
+        if not (out / LOCK_FILE).is_file():  # else a run starting there now (its run.json still a temp file)
+            raise
     out.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl

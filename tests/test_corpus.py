@@ -579,6 +579,10 @@ def test_one_run_per_folder_at_a_time_and_a_killed_run_leaves_no_lock(encoder, t
         with pytest.raises(ValueError, match=r"another run is writing .*out now .*one run at a time per folder"):
             encode_corpus(encoder, source, out, show_progress=False)
         assert [p.name for p in out.iterdir()] == [".lock"]  # the refused run touched nothing
+        (out / ".run.json.1a2b3c4d.tmp").write_text("{}")  # the other run, starting: run.json not yet renamed
+        with pytest.raises(ValueError, match="another run is writing"):  # not "is not a corpus folder"
+            encode_corpus(encoder, source, out, show_progress=False)
+        (out / ".run.json.1a2b3c4d.tmp").unlink()
     finally:
         os.close(held)
     holder = subprocess.Popen(  # a run that holds the folder, then is killed (SIGKILL: no cleanup)
