@@ -236,7 +236,7 @@ def _stream_kind(name: str, path: Path) -> str | None:
     FIFO), else ``None`` (a file, read as often as needed)."""
     if name == "-":
         return "stdin"
-    return "pipe" if path.exists() and not path.is_file() else None
+    return "pipe" if path.exists() and not path.is_file() and not path.is_dir() else None
 
 
 def _spool(stdin: bool, path: Path, out: Path) -> Path:

@@ -321,6 +321,9 @@ def test_unknown_input_suffix_and_bad_arguments_are_refused(encoder, tmp_path):
         encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", progress_interval=0)
     with pytest.raises(FileNotFoundError, match="no input file"):
         encode_corpus(encoder, tmp_path / "none.txt", tmp_path / "out")
+    (tmp_path / "dir.txt").mkdir()  # not a stream either
+    with pytest.raises(FileNotFoundError, match="no input file"):
+        encode_corpus(encoder, tmp_path / "dir.txt", tmp_path / "out")
 
 
 def test_command_line(model, tmp_path, capsys):
