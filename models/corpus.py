@@ -27,7 +27,10 @@ of every id (each rank hashing its own shards' ids), and a repeat stops the run 
 way; a shard counts as done only when its ``.json`` exists and the file's sha256 matches it. A rerun
 with the same arguments reuses the shards that are done and (re)writes the rest, so a run killed at
 any point and run again ends with every input row encoded exactly once. A rerun with other arguments
-into the same folder is refused.
+into the same folder is refused. One run at a time: rank 0 holds an exclusive ``flock`` on the folder's
+``.lock`` from before it reads the folder until the run ends (the kernel drops it when the process dies,
+so a killed run leaves no stale lock); a second run is refused. If one rank fails, the others stop at
+their next batch and all report it (no rank is left waiting in a collective).
 
 **Processes.** Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` in the environment) the default process
 group is created if needed (``cuda:nccl,cpu:gloo`` when the encoder is on a GPU, ``gloo`` otherwise);
@@ -43,12 +46,13 @@ import json
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
@@ -81,6 +85,8 @@ logger = logging.getLogger(__name__)
 FORMAT = 1  # version of the corpus folder layout
 RUN_FILE = "run.json"
 MANIFEST = "manifest.json"
+LOCK_FILE = ".lock"  # rank 0 holds an exclusive flock on it while a run writes the folder
+SPOOL = ".input-{}.tmp"  # standard input (or a pipe), copied into the folder by rank 0 for the run
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _BOM = b"\xef\xbb\xbf"
@@ -209,14 +215,51 @@ class _Row:
     problem: str | None = None
 
 
-def _input_format(path: Path) -> str:
+def _input_format(path: Path, given: str | None, label: str) -> str:
+    """The input's format: ``given`` (``input_format``), else from the file's suffix."""
+    formats = sorted(set(INPUT_FORMATS.values()))
+    if given is not None:
+        if given not in formats:
+            raise ValueError(f"input_format must be one of {', '.join(formats)}, got {printable(repr(given))}")
+        return given
     fmt = INPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ValueError(
-            f"cannot read {printable(str(path))}: the input must end in {', '.join(INPUT_FORMATS)} "
-            "(one text a line, JSON lines, or parquet)"
+            f"cannot tell the format of {printable(label)}: the input must end in {', '.join(INPUT_FORMATS)} "
+            f"(one text a line, JSON lines, or parquet), or name it with input_format= (--format {'|'.join(formats)})"
         )
     return fmt
+
+
+def _stream_kind(name: str, path: Path) -> str | None:
+    """``"stdin"`` for ``-``, ``"pipe"`` for a path that is not a regular file (``/dev/stdin`` on a pipe, a
+    FIFO), else ``None`` (a file, read as often as needed)."""
+    if name == "-":
+        return "stdin"
+    return "pipe" if path.exists() and not path.is_file() and not path.is_dir() else None
+
+
+def _spool(stdin: bool, path: Path, out: Path) -> Path:
+    """Copy standard input (or the pipe at ``path``) into the folder, where every pass and rank can read it.
+
+    Called by rank 0 while it holds the folder's lock, which is why older copies (a killed run's) can go.
+    """
+    for stale in out.glob(SPOOL.format("*")):
+        stale.unlink(missing_ok=True)
+    target = out / SPOOL.format(uuid.uuid4().hex[:8])
+    try:
+        with target.open("wb") as dst:
+            src = sys.stdin.buffer if stdin else path.open("rb")
+            try:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            finally:
+                if src is not sys.stdin.buffer:
+                    src.close()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target
 
 
 def _parquet() -> Any:
@@ -267,6 +310,12 @@ def _parse_line(raw: bytes, row: int, fmt: str, text_field: str, id_field: str |
     except json.JSONDecodeError as err:
         out.problem = f"invalid JSON ({err.msg} at column {err.colno})" if line.strip() else "empty line"
         return out
+    except RecursionError:
+        out.problem = "invalid JSON (nested too deeply)"
+        return out
+    except ValueError as err:  # an integer of more than 4300 digits, say
+        out.problem = f"invalid JSON ({' '.join(str(err).split()) or type(err).__name__})"
+        return out
     if not isinstance(record, dict):
         out.problem = f"not a JSON object (a {type(record).__name__})"
         return out
@@ -282,16 +331,28 @@ def _check_fields(out: _Row, record: dict[str, Any], text_field: str, id_field: 
     elif not text:
         out.problem = "empty text"
     else:
-        out.text = text
+        out.problem = _not_unicode(text, repr(text_field))
+        out.text = text if out.problem is None else None
     if out.problem is None and id_field is not None:
         value = record.get(id_field)
         if value is None:
             out.problem = f"no {id_field!r} field" if id_field not in record else f"{id_field!r} is null"
         elif isinstance(value, bool) or not isinstance(value, (str, int)):
             out.problem = f"{id_field!r} is a {type(value).__name__}; ids must be strings or integers"
+        elif isinstance(value, str) and (problem := _not_unicode(value, f"the id {id_field!r}")):
+            out.problem = problem
         else:
             out.id = str(value)
     return out
+
+
+def _not_unicode(text: str, name: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a lone surrogate, from JSON's ``\\ud800``), or ``None``."""
+    try:
+        _texts.check_unicode(text, name)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 def _shards_of(
@@ -357,13 +418,22 @@ def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
         DuplicateIdError: for the first row whose id an earlier row has.
     """
     mine = list(range(world.rank, n_shards, world.size))
-    hashes = np.fromiter(
-        (_id_hash(r.id) for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, mine, job.text_field,
-                                                   job.id_field) for r in rows if r.id is not None),
-        dtype=np.uint64,
-    )  # fmt: skip
-    pooled = np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in world.gather(hashes.tobytes())])
-    del hashes
+    failure: Exception | None = None
+    try:
+        hashes = np.fromiter(
+            (_id_hash(r.id) for _, rows in _shards_of(job.source, job.fmt, job.shard_rows, mine, job.text_field,
+                                                       job.id_field) for r in rows if r.id is not None),
+            dtype=np.uint64,
+        ).tobytes()  # fmt: skip
+    except Exception as err:  # still meet the others in the gather, then stop
+        failure, hashes = err, None
+    gathered = world.gather(hashes)
+    if failure is not None:
+        raise failure
+    if any(h is None for h in gathered):
+        raise _Stopped("another rank failed while reading ids")
+    pooled = np.concatenate([np.frombuffer(h, dtype=np.uint64) for h in gathered])
+    del hashes, gathered
     pooled.sort()
     suspects = set(np.unique(pooled[1:][pooled[1:] == pooled[:-1]]).tolist())
     del pooled
@@ -376,7 +446,7 @@ def _check_unique_ids(job: _Job, world: _World, n_shards: int) -> None:
             if r.id is not None and _id_hash(r.id) in suspects:
                 first = seen.setdefault(r.id, r)
                 if first is not r:
-                    raise DuplicateIdError(str(job.source), r.id, first, r)
+                    raise DuplicateIdError(job.label, r.id, first, r)
 
 
 _END = object()
@@ -505,6 +575,8 @@ class _Progress:
     def __init__(self, world: _World, total: int, show: bool, interval: float) -> None:
         self.world, self.interval = world, interval
         self.done, self.finished = 0, False
+        self.failed = False  # this rank failed: the others stop at their next batch
+        self.stopping = False  # some rank failed (or the exchange broke): stop at the next batch
         self.wake = threading.Event()  # set when this rank is done: no waiting out the interval at the end
         self.bar = tqdm(total=total, desc="encode-corpus", unit="row", disable=not show or world.rank != 0)
         self.thread: threading.Thread | None = None
@@ -517,6 +589,15 @@ class _Progress:
         if self.thread is None:
             self.bar.update(n)
 
+    def check(self) -> None:
+        """Raise :class:`_Stopped` if another rank has failed (called between batches)."""
+        if self.stopping:
+            raise _Stopped("another rank failed")
+
+    def fail(self) -> None:
+        """Tell the other ranks (at the next exchange) that this one failed."""
+        self.failed = True
+
     def finish(self) -> None:
         self.finished = True
         self.wake.set()
@@ -527,10 +608,17 @@ class _Progress:
     def _loop(self) -> None:
         while True:
             finished = self.finished  # read first: once it is set, done is final
-            counts = torch.tensor([self.done, int(finished)], dtype=torch.int64)
-            torch.distributed.all_reduce(counts, group=self.world.progress)
+            counts = torch.tensor([self.done, int(finished), int(self.failed)], dtype=torch.int64)
+            try:
+                torch.distributed.all_reduce(counts, group=self.world.progress)
+            except Exception as err:  # a rank is gone: the end-of-run exchange reports it, not this thread
+                logger.debug("progress exchange failed: %s", err)
+                self.stopping = True
+                return
             self.bar.n = int(counts[0])
             self.bar.refresh()
+            if int(counts[2]):
+                self.stopping = True
             if int(counts[1]) == self.world.size:
                 return
             self.wake.wait(self.interval)
@@ -656,14 +744,35 @@ def _seal_shard(shard: _ShardFile) -> str:
     return shard.seal()
 
 
-def _done_shard(out: Path, k: int, config_sha: str) -> dict[str, Any] | None:
-    """Shard ``k``'s record if the shard is complete and its file matches its sha256; else ``None``."""
+def _done_shard(out: Path, k: int, config_sha: str, shard_rows: int, n_rows: int) -> dict[str, Any] | None:
+    """Shard ``k``'s record if the shard is complete and its file matches its sha256; else ``None``.
+
+    A record that is unreadable or whose fields are not what this run would write (a damaged or edited
+    file) does not count: the shard is encoded again.
+    """
     record_file = out / f"shard-{k:05d}.json"
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
+        record = _load_json(record_file)
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or record.get("shard") != k or record.get("config_sha256") != config_sha:
+    if not isinstance(record, dict) or record.get("config_sha256") != config_sha:
+        return None
+    first, end = k * shard_rows, min((k + 1) * shard_rows, n_rows)
+    skipped = record.get("skipped")
+    well_formed = (
+        type(record.get("shard")) is int and record["shard"] == k
+        and record.get("file") == _shard_name(k)
+        and type(record.get("first_row")) is int and record["first_row"] == first
+        and type(record.get("end_row")) is int and record["end_row"] == end
+        and all(_is_count(record.get(key)) for key in ("rows", "tokens", "truncated"))
+        and isinstance(record.get("sha256"), str)
+        and isinstance(skipped, list)
+        and record["rows"] + len(skipped) == end - first
+        and all(isinstance(r, dict) and _is_count(r.get("row")) and isinstance(r.get("reason"), str)
+                and (r.get("line") is None or _is_count(r.get("line"))) for r in skipped)
+    )  # fmt: skip
+    if not well_formed:
+        logger.warning("the record of shard %d in %s is damaged: encoding the shard again", k, out)
         return None
     shard = out / _shard_name(k)
     if not shard.is_file() or _sha256(shard) != record.get("sha256"):
@@ -748,7 +857,7 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
     run_file = out / RUN_FILE
     if run_file.is_file():
         try:
-            old = json.loads(run_file.read_text(encoding="utf-8"))
+            old = _load_json(run_file)
         except (OSError, ValueError) as err:
             problem = printable(str(err))
             raise ValueError(f"{printable(str(run_file))} is unreadable ({problem}); use a new folder") from None
@@ -764,13 +873,58 @@ def _prepare_folder(out: Path, config: dict[str, Any]) -> None:
             )
         (out / MANIFEST).unlink(missing_ok=True)
         return
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    _refuse_foreign(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(run_file, config)
+
+
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a path that is a file, or a folder that holds files but no ``run.json`` (the lock and input aside)."""
+    ours = [LOCK_FILE, SPOOL.format("*")]
+    if out.exists() and (
+        not out.is_dir()
+        or (not (out / RUN_FILE).exists() and any(not any(p.match(o) for o in ours) for p in out.iterdir()))
+    ):
         raise ValueError(
             f"{printable(str(out))} exists and is not a corpus folder (no {RUN_FILE}); "
             "choose a new or empty output folder"
         )
+
+
+def _lock_folder(out: Path) -> int | None:
+    """Rank 0's claim on ``out`` for one run: an open descriptor of ``out/.lock`` holding an exclusive flock.
+
+    Release it by closing the descriptor; the kernel also releases it when the process ends, however it
+    ends, so a killed run never leaves the folder locked. ``None`` where flock is unavailable (no
+    ``fcntl``, or a file system without locks: then two runs into one folder are not kept apart).
+
+    Raises:
+        ValueError: if another run holds the lock (it is writing the folder now).
+    """
+    try:
+        _refuse_foreign(out)  # before creating anything in a folder that is not ours
+    except ValueError:
+        if not (out / LOCK_FILE).is_file():  # else a run starting there now (its run.json still a temp file)
+            raise
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(run_file, config)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            f"another run is writing {printable(str(out))} now (it holds {LOCK_FILE} there): wait for it to end, "
+            "or choose another output folder; one run at a time per folder"
+        ) from None
+    except OSError as err:  # no locks on this file system
+        os.close(fd)
+        logger.warning("cannot lock %s (%s): nothing keeps a second run out of it", out / LOCK_FILE, err)
+        return None
+    return fd
 
 
 @dataclass
@@ -808,7 +962,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
         rows[i].problem = "the text has no tokens"
     if empty and job.on_bad_row == "error":
         first = rows[min(empty)]
-        raise BadRowError(str(job.source), first.row, first.line, first.problem or "")
+        raise BadRowError(job.label, first.row, first.line, first.problem or "")
     keep = [i for i in range(len(rows)) if i not in empty]
     ids = [rows[i].id or "" for i in keep] if job.id_field is not None else None
     encoder = job.encoder
@@ -817,6 +971,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
     try:
         lengths = tokens.lengths
         for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
+            progress.check()
             idx = [keep[j] for j in group]
             pooled = encoder.encode_tokens(tokens, idx, specs=[job.plan], pooling=job.pooling)[job.plan.name]  # (B, D)
             if job.normalize:
@@ -846,6 +1001,7 @@ def encode_corpus(
     exit_layer: int | None = None,
     shard_rows: int = 10_000,
     on_bad_row: Literal["error", "skip"] = "error",
+    input_format: Literal["txt", "jsonl", "parquet"] | None = None,
     show_progress: bool = True,
     progress_interval: float = 1.0,
     timeout: timedelta = timedelta(hours=12),
@@ -861,13 +1017,20 @@ def encode_corpus(
     ``text_field``, an optional id in ``id_field``) and ``.parquet`` (columns ``text_field`` and
     ``id_field``; needs pyarrow). Row ``i`` is the ``i``-th line or record, counted from 0.
 
-    Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON, a missing or non-string
-    field, an id that is neither a string nor an integer) raise :class:`BadRowError` with their line
+    Standard input (``input_path="-"``) or a pipe (``/dev/stdin``, a FIFO) can be read once only, so rank 0
+    first copies it into the output folder (as ``.input-*.tmp``, removed when the run ends) and every pass
+    and rank reads the copy; its format must be given (``input_format``). A rerun that pipes the same
+    bytes resumes (the input is known by its sha256, not its name); other bytes are refused as a changed
+    input.
+
+    Bad rows (an empty text, a text without tokens, invalid UTF-8 or JSON (too deeply nested included), a
+    missing or non-string field, a text or id with a lone surrogate, an id that is neither a string nor an
+    integer) raise :class:`BadRowError` with their line
     number, or with ``on_bad_row="skip"`` are left out, logged and listed in the manifest.
 
     Args:
         encoder: an :class:`~nosink.EncoderFromDecoder` with a tokenizer, on this process's device.
-        input_path: the corpus file.
+        input_path: the corpus file, or ``"-"`` for standard input.
         out_dir: the corpus folder: new, empty, or one this call wrote before with the same arguments.
         text_field: the text's field or column (jsonl, parquet).
         id_field: a field or column of row ids to keep beside the vectors (strings or integers, unique).
@@ -882,6 +1045,8 @@ def encode_corpus(
             it was built with one). The manifest records it, and a rerun with another is refused.
         shard_rows: input rows per shard (also the window within which texts are sorted by length).
         on_bad_row: ``"error"`` (default) or ``"skip"``.
+        input_format: ``"txt"``, ``"jsonl"`` or ``"parquet"``; ``None`` (default): from the input's suffix.
+            Needed for standard input (``input_path="-"``) and pipes such as ``/dev/stdin``.
         show_progress: a tqdm bar on rank 0, counting rows of all ranks.
         progress_interval: seconds between the ranks' progress exchanges.
         timeout: how long a rank waits for the others in a collective (the start and the end).
@@ -892,18 +1057,24 @@ def encode_corpus(
     Raises:
         ValueError: for bad arguments (an ``exit_layer`` outside 1 to the depth, say), an input of unknown
             suffix or without the parquet columns, a folder that holds another run (other arguments) or
-            other files; :class:`BadRowError` for a bad row when ``on_bad_row="error"``;
+            other files, or that another run is writing now (rank 0 holds a lock on the folder while it
+            runs); :class:`BadRowError` for a bad row when ``on_bad_row="error"``;
             :class:`DuplicateIdError` (before any encoding) if two rows have the same id.
+        RuntimeError: on the other ranks when one rank fails (``rank R failed: <its error>``); that rank
+            raises its own error. Every rank stops at its next batch.
         FileNotFoundError: if the input does not exist.
         ImportError: for parquet input without pyarrow.
         SpecError: if the encoder's spec does not fit its first ``exit_layer`` layers.
     """
-    source_path = Path(os.path.expanduser(os.fspath(input_path)))
+    name = os.fspath(input_path)
+    source_path = Path(os.path.expanduser(name))
     out = Path(os.path.expanduser(os.fspath(out_dir)))
-    fmt = _input_format(source_path)
+    stream = _stream_kind(name, source_path)
+    label = "standard input" if stream == "stdin" else str(source_path)
+    fmt = _input_format(source_path, input_format, label)
     if fmt == "txt" and id_field is not None:
         raise ValueError("id_field needs a .jsonl or .parquet input: a .txt file has no fields (rows are numbered)")
-    if not source_path.is_file():
+    if not stream and not source_path.is_file():
         raise FileNotFoundError(f"no input file at {printable(str(source_path))}")
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {printable(repr(pooling))}; expected one of {', '.join(POOLINGS)}")
@@ -925,41 +1096,28 @@ def encode_corpus(
     device = next(encoder.parameters()).device
     world = _join(device, timeout)
     started = time.perf_counter()  # every process has joined (each loaded its model before)
+    lock: int | None = None  # rank 0's hold on the folder
+    spool: Path | None = None  # rank 0's copy of standard input
     try:
         job = _Job(
             encoder, source_path, fmt, out, text_field, id_field, instruction, pooling, normalize, DTYPES[dtype],
-            batch_size, max_length, shard_rows, on_bad_row, plan,
+            batch_size, max_length, shard_rows, on_bad_row, plan, label, stream,
         )  # fmt: skip
-        config = _agree(world, job, dtype)
+        config, lock, copy = _agree(world, job, dtype)
+        if copy is not None:  # every rank reads rank 0's copy of the stream
+            job = replace(job, source=Path(copy))
+            spool = job.source if world.rank == 0 else None
         out.mkdir(parents=True, exist_ok=True)  # other hosts, when the folder is not shared
-        config_sha, n_rows = _config_sha(config), config["input"]["rows"]
-        mine = range(world.rank, (n_rows + shard_rows - 1) // shard_rows, world.size)  # shard k on rank k % size
-        progress = _Progress(world, n_rows, show_progress, progress_interval)
-        reused, todo = [], []
-        for k in mine:
-            record = _done_shard(out, k, config_sha)
-            if record is None:
-                todo.append(k)
-            else:
-                reused.append(record)
-                progress.add(record["end_row"] - record["first_row"])
-        loop_start = time.perf_counter()
-        if id_field is not None:
-            _check_unique_ids(job, world, (n_rows + shard_rows - 1) // shard_rows)
-        written = _encode_shards(job, todo, n_rows, config_sha, progress)
-        seconds = time.perf_counter() - loop_start
+        progress = _Progress(world, config["input"]["rows"], show_progress, progress_interval)
+        try:
+            outcome: Any = _run_shards(job, world, config, progress)
+            failure: Exception | None = None
+        except Exception as err:  # every rank learns of it before any rank leaves (no stranded collectives)
+            outcome, failure = _Failure(world.rank, err), err
+            progress.fail()
         progress.finish()
-        mine_summary = RankSummary(
-            rank=world.rank,
-            texts=sum(r["rows"] for r in written),
-            tokens=sum(r["tokens"] for r in written),
-            skipped=sum(len(r["skipped"]) for r in written),
-            reused=sum(r["rows"] for r in reused),
-            shards_written=len(written),
-            shards_reused=len(reused),
-            seconds=seconds,
-        )
-        gathered = world.gather((mine_summary, written + reused, sum(r["truncated"] for r in written)))
+        gathered = world.gather(outcome)  # what each rank did, or its failure
+        _raise_failure(gathered, failure)
         summary = _finish(out, config, gathered, world, started)
         world.close()
         return summary
@@ -967,6 +1125,72 @@ def encode_corpus(
         if world.owned and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         raise
+    finally:
+        if spool is not None:
+            spool.unlink(missing_ok=True)
+        if lock is not None:
+            os.close(lock)  # releases the folder
+
+
+class _Stopped(Exception):
+    """This rank stopped because another rank failed (that rank's error is the one reported)."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A rank's failure, as gathered from every rank at the end of a run (the error itself stays home)."""
+
+    rank: int
+    message: str
+    stopped: bool  # stopped for another rank's failure, not its own
+
+    def __init__(self, rank: int, error: BaseException) -> None:
+        text = " ".join(str(error).split()) or type(error).__name__
+        if not isinstance(error, (ValueError, OSError, RuntimeError)):
+            text = f"{type(error).__name__}: {text}"
+        object.__setattr__(self, "rank", rank)
+        object.__setattr__(self, "message", text)
+        object.__setattr__(self, "stopped", isinstance(error, _Stopped))
+
+
+def _raise_failure(gathered: list[Any], failure: Exception | None) -> None:
+    """If any rank failed: this rank's own error if it had one, else which rank failed and why (a RuntimeError)."""
+    failures = [g for g in gathered if isinstance(g, _Failure)]
+    if not failures:
+        return
+    if failure is not None and not isinstance(failure, _Stopped):
+        raise failure
+    first = next((f for f in failures if not f.stopped), failures[0])
+    raise RuntimeError(f"rank {first.rank} failed: {first.message}") from None
+
+
+def _run_shards(job: _Job, world: _World, config: dict[str, Any], progress: _Progress) -> tuple[Any, ...]:
+    """This rank's part of the run: reuse its done shards, check ids, encode the rest; what it reports."""
+    config_sha, n_rows = _config_sha(config), config["input"]["rows"]
+    n_shards = (n_rows + job.shard_rows - 1) // job.shard_rows
+    reused, todo = [], []
+    for k in range(world.rank, n_shards, world.size):  # shard k on rank k % size
+        record = _done_shard(job.out, k, config_sha, job.shard_rows, n_rows)
+        if record is None:
+            todo.append(k)
+        else:
+            reused.append(record)
+            progress.add(record["end_row"] - record["first_row"])
+    loop_start = time.perf_counter()
+    if job.id_field is not None:
+        _check_unique_ids(job, world, n_shards)
+    written = _encode_shards(job, todo, n_rows, config_sha, progress)
+    summary = RankSummary(
+        rank=world.rank,
+        texts=sum(r["rows"] for r in written),
+        tokens=sum(r["tokens"] for r in written),
+        skipped=sum(len(r["skipped"]) for r in written),
+        reused=sum(r["rows"] for r in reused),
+        shards_written=len(written),
+        shards_reused=len(reused),
+        seconds=time.perf_counter() - loop_start,
+    )
+    return summary, written + reused, sum(r["truncated"] for r in written)
 
 
 @dataclass(frozen=True)
@@ -988,33 +1212,48 @@ class _Job:
     shard_rows: int
     on_bad_row: str
     plan: Any  # the encoder's plan at this run's exit layer
+    label: str  # the input as messages name it (the path, or "standard input")
+    stream: str | None  # "stdin" or "pipe": rank 0 copies it into the folder first (source is then the copy)
 
 
-def _agree(world: _World, job: _Job, dtype: str) -> dict[str, Any]:
-    """The run's config: rank 0 reads the input once (rows, sha256), checks the folder and tells every rank.
+def _agree(world: _World, job: _Job, dtype: str) -> tuple[dict[str, Any], int | None, str | None]:
+    """The run's config: rank 0 locks the folder, reads the input once (rows, sha256), checks the folder and
+    tells every rank. Also the lock's descriptor on rank 0 (held until the run ends), else ``None``, and the
+    path of rank 0's copy of a streamed input (``None`` for a file).
 
     All ranks fail with rank 0's message, or none does.
     """
-    verdict: tuple[dict[str, Any] | None, str | None] = (None, None)
+    verdict: tuple[dict[str, Any] | None, str | None, str | None] = (None, None, None)
     failure: BaseException | None = None
+    lock: int | None = None
+    copy: Path | None = None
     if world.rank == 0:
         try:
-            source = _fingerprint(job.source, job.fmt, job.text_field, job.id_field)
+            lock = _lock_folder(job.out)  # before anything reads or changes the folder
+            copy = _spool(job.stream == "stdin", job.source, job.out) if job.stream else None
+            source = _fingerprint(copy or job.source, job.fmt, job.text_field, job.id_field)
             config = _config(
                 job.encoder, text_field=job.text_field, id_field=job.id_field, instruction=job.instruction,
                 pooling=job.pooling, normalize=job.normalize, dtype=dtype, max_length=job.max_length,
                 shard_rows=job.shard_rows, source=source, exit_layer=job.plan.exit_layer,
             )  # fmt: skip
             _prepare_folder(job.out, config)
-            verdict = (config, None)
+            verdict = (config, None, None if copy is None else str(copy))
         except (ValueError, OSError, ImportError) as err:
-            failure, verdict = err, (None, str(err))
-    config, problem = world.broadcast(verdict)
-    if failure is not None:
-        raise failure
-    if problem is not None or config is None:
-        raise ValueError(f"rank 0 stopped the run: {problem}")
-    return config
+            failure, verdict = err, (None, str(err), None)
+    try:
+        config, problem, copied = world.broadcast(verdict)
+        if failure is not None:
+            raise failure
+        if problem is not None or config is None:
+            raise ValueError(f"rank 0 stopped the run: {problem}")
+    except BaseException:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+        if lock is not None:
+            os.close(lock)
+        raise
+    return config, lock, copied
 
 
 def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardFile, list[_Row], list[_Row], int, int]:
@@ -1025,7 +1264,7 @@ def _encode_shard(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_Shard
     """
     bad = [r for r in shard.rows if r.problem is not None]
     if bad and job.on_bad_row == "error":
-        raise BadRowError(str(job.source), bad[0].row, bad[0].line, bad[0].problem or "")
+        raise BadRowError(job.label, bad[0].row, bad[0].line, bad[0].problem or "")
     progress.add(len(bad))
     _clean_tmp(job.out, shard.k)  # left by a run killed while writing this shard
     file, no_tokens, n_tokens, cut = _encode_rows(job, shard, progress)
@@ -1077,6 +1316,7 @@ def _encode_shards(
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="nosink-corpus-writer") as writer:
             for shard in reader:
+                progress.check()
                 encoded = _encode_shard(job, shard, progress)
                 del shard  # its texts and tokens
                 try:
@@ -1258,21 +1498,136 @@ class CorpusEmbeddings:
         return len(self.rows)
 
 
+_MAX_INT = 2**63 - 1  # what the shards' int64 rows hold
+
+
+def _is_count(value: Any) -> bool:
+    """A non-negative integer that fits int64 (``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
+
+
+def _is_plain_name(name: Any) -> bool:
+    """A file name without a folder: no separator, not ``.`` or ``..``, not absolute, printable."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\0")
+        and not os.path.isabs(name)
+        and printable(name) == name
+    )
+
+
+def _load_json(path: Path) -> Any:
+    """A JSON file's value.
+
+    Raises:
+        OSError: if it cannot be read; ValueError if it is not UTF-8 JSON or is nested too deeply.
+    """
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("its JSON is nested too deeply") from None
+
+
+def _check_manifest(manifest: Any, where: str) -> None:
+    """Refuse a manifest whose fields are missing or of the wrong type, naming the field.
+
+    Raises:
+        OSError: ``<where> is damaged: <field> ...``.
+    """
+
+    def bad(field_name: str, what: str, value: Any = ...) -> OSError:
+        got = "" if value is ... else f", got {printable(repr(value))[:80]}"
+        return OSError(f"{where} is damaged: {field_name} must be {what}{got}; encode the corpus again")
+
+    if not isinstance(manifest, dict):
+        raise OSError(f"{where} is damaged: it is not a JSON object; encode the corpus again")
+    for name in ("rows", "dimension"):
+        if name not in manifest:
+            raise bad(name, "present (a count)")
+        if not _is_count(manifest[name]):
+            raise bad(name, "a non-negative integer", manifest[name])
+    if manifest.get("dtype") not in DTYPES:
+        raise bad("dtype", f"one of {', '.join(DTYPES)}", manifest.get("dtype"))
+    if manifest.get("id_field") is not None and not isinstance(manifest["id_field"], str):
+        raise bad("id_field", "a string or null", manifest["id_field"])
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise bad("shards", "a list", shards)
+    for i, entry in enumerate(shards):
+        if not isinstance(entry, dict):
+            raise bad(f"shards[{i}]", "an object", entry)
+        for key in SHARD_KEYS:
+            if key not in entry:
+                raise bad(f"shards[{i}].{key}", "present")
+        for key in ("first_row", "end_row", "rows", "tokens"):
+            if not _is_count(entry[key]):
+                raise bad(f"shards[{i}].{key}", "a non-negative integer", entry[key])
+        if not _is_plain_name(entry["file"]):
+            raise bad(f"shards[{i}].file", "a plain file name in the folder (no folder, '..' or absolute path)",
+                      entry["file"])  # fmt: skip
+        sha = entry["sha256"]
+        if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+            raise bad(f"shards[{i}].sha256", "64 hex digits", sha)
+        if entry["rows"] > entry["end_row"] - entry["first_row"]:
+            raise bad(f"shards[{i}].rows", "at most end_row - first_row", entry["rows"])
+
+
 def _memmap_tensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
-    """Every tensor of a safetensors file, memory-mapped (nothing is read yet), with its safetensors dtype."""
+    """Every tensor of a safetensors file, memory-mapped (nothing is read yet), with its safetensors dtype.
+
+    Raises:
+        ValueError: saying what is wrong with the header (its size, its JSON, a tensor's entry).
+    """
+    size = path.stat().st_size
     with path.open("rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        header = json.loads(fh.read(n))
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"the file has {size} bytes, fewer than the 8 of a header size")
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            raise ValueError(f"its header size says {n} bytes, but the file has {size - 8} after it")
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except RecursionError:
+        raise ValueError("its header is nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"its header is not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
     out = {}
+    data = size - 8 - n
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        shape, (start, end), numpy_dtype = tuple(info["shape"]), info["data_offsets"], _ST_DTYPES[info["dtype"]]
+        if not isinstance(info, dict) or info.get("dtype") not in _ST_DTYPES:
+            raise ValueError(f"tensor {printable(repr(name))} has no known dtype")
+        shape, offsets = info.get("shape"), info.get("data_offsets")
+        if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
+            raise ValueError(f"tensor {printable(repr(name))} has a bad shape {printable(repr(shape))[:80]}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+            raise ValueError(f"tensor {printable(repr(name))} has bad data_offsets {printable(repr(offsets))[:80]}")
+        numpy_dtype = _ST_DTYPES[info["dtype"]]
+        start, end = offsets
+        if not start <= end <= data or end - start != int(np.prod(shape)) * np.dtype(numpy_dtype).itemsize:
+            raise ValueError(f"tensor {printable(repr(name))}'s data_offsets do not fit its shape or the file")
         if end == start:
-            out[name] = np.empty(shape, dtype=numpy_dtype), info["dtype"]
+            out[name] = np.empty(tuple(shape), dtype=numpy_dtype), info["dtype"]
         else:
-            out[name] = np.memmap(path, numpy_dtype, mode="r", offset=8 + n + start, shape=shape), info["dtype"]
+            out[name] = np.memmap(path, numpy_dtype, mode="r", offset=8 + n + start, shape=tuple(shape)), info["dtype"]
     return out
+
+
+def _shard_path(root: Path, name: str) -> Path:
+    """``root / name``, refused if a symlink takes it out of ``root``."""
+    path = root / name
+    real, inside = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, inside]) != inside:
+        raise OSError(f"shard {printable(name)} is a link to {printable(real)}, outside {printable(str(root))}; "
+                      "a corpus folder's shards must be inside it")  # fmt: skip
+    return path
 
 
 def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = True) -> CorpusEmbeddings:
@@ -1284,32 +1639,32 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
 
     Raises:
         FileNotFoundError: if the folder has no ``manifest.json`` (the run did not finish) or a shard is missing.
-        OSError: if a shard is corrupt (checksum, shape or rows that disagree with the manifest), or the
-            manifest is unreadable or of a newer format.
+        OSError: if a shard is corrupt (checksum, header, shape or rows that disagree with the manifest), or
+            the manifest is unreadable, damaged (a field missing or of the wrong type, named in the message;
+            a shard file named with a folder or outside the folder) or of a newer format.
     """
     root = Path(os.path.expanduser(os.fspath(folder)))
     manifest_file = root / MANIFEST
+    where = printable(str(manifest_file))
     if not manifest_file.is_file():
         hint = " (the run did not finish: run the same command again)" if (root / RUN_FILE).is_file() else ""
         raise FileNotFoundError(f"no {MANIFEST} in {printable(str(root))}{hint}")
     try:
-        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
-        shards, dimension = manifest["shards"], int(manifest["dimension"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
-    if manifest.get("format") != FORMAT:
+        manifest = _load_json(manifest_file)
+    except ValueError as err:
+        raise OSError(f"{where} is unreadable ({printable(str(err))})") from None
+    if isinstance(manifest, dict) and manifest.get("format") != FORMAT:
         found = printable(repr(manifest.get("format")))
-        raise OSError(f"{printable(str(manifest_file))} has format {found}; this version of nosink reads {FORMAT}")
+        raise OSError(f"{where} has format {found}; this version of nosink reads {FORMAT}")
+    _check_manifest(manifest, where)
+    shards, dimension = manifest["shards"], manifest["dimension"]
     redo = "; run the same encode-corpus command again to redo it"
-    try:
-        all_rows = np.empty(sum(int(entry["rows"]) for entry in shards), dtype=np.int64)  # 8 bytes a row
-    except (KeyError, TypeError, ValueError) as err:
-        raise OSError(f"{printable(str(manifest_file))} is unreadable ({printable(str(err))})") from None
     parts: list[np.ndarray] = []
+    row_parts: list[np.ndarray] = []
     id_parts: list[tuple[np.ndarray, np.ndarray]] | None = [] if manifest.get("id_field") else None
-    kinds, expected_start, filled = set(), 0, 0
+    kinds, expected_start = set(), 0
     for entry in shards:
-        path = root / entry["file"]
+        path = _shard_path(root, entry["file"])
         if not path.is_file():
             raise FileNotFoundError(f"shard {printable(entry['file'])} listed in the manifest is missing{redo}")
         if entry["first_row"] != expected_start:
@@ -1319,14 +1674,18 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
             raise OSError(f"shard {printable(entry['file'])} is corrupt: its sha256 differs from the manifest{redo}")
         try:
             tensors = _memmap_tensors(path)
+            for name in ("vectors", "rows", *(("ids_utf8", "ids_offsets") if id_parts is not None else ())):
+                if name not in tensors:
+                    raise ValueError(f"it has no {name!r} tensor")
             (matrix, kind), (shard_rows, _) = tensors["vectors"], tensors["rows"]
             if id_parts is not None:
                 blob, offsets = tensors["ids_utf8"][0], tensors["ids_offsets"][0]
                 if len(offsets) != len(shard_rows) + 1 or offsets[0] != 0 or offsets[-1] != len(blob):
                     raise ValueError("its ids do not match its rows")
                 id_parts.append((blob, offsets))
-        except Exception as err:  # a damaged header, a missing tensor, a file shorter than its header says
-            raise OSError(f"shard {printable(entry['file'])} is unreadable ({printable(str(err))}){redo}") from None
+        except (ValueError, OSError) as err:  # a damaged header, a missing tensor, a file shorter than it says
+            reason = printable(str(err)) or type(err).__name__
+            raise OSError(f"shard {printable(entry['file'])} is unreadable ({reason}){redo}") from None
         if matrix.shape != (entry["rows"], dimension) or len(shard_rows) != entry["rows"]:
             shape = (entry["rows"], dimension)
             raise OSError(f"shard {printable(entry['file'])} holds {matrix.shape} vectors, not {shape}{redo}")
@@ -1334,13 +1693,15 @@ def load_corpus_embeddings(folder: str | os.PathLike[str], *, verify: bool = Tru
                                 or np.any(np.diff(shard_rows) <= 0)):  # fmt: skip
             raise OSError(f"shard {printable(entry['file'])} has rows outside its range or out of order{redo}")
         parts.append(matrix)
-        all_rows[filled : filled + len(shard_rows)] = shard_rows
-        filled += len(shard_rows)
+        row_parts.append(shard_rows)
         kinds.add(kind)
     if expected_start != manifest["rows"]:
         raise OSError(f"the manifest's shards cover {expected_start} of {manifest['rows']} input rows")
-    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(manifest.get("dtype"))
+    stored = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[manifest["dtype"]]
     if kinds - {stored}:
-        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest.get('dtype')}")
+        raise OSError(f"shards hold {', '.join(sorted(kinds))} vectors but the manifest says {manifest['dtype']}")
+    all_rows = (
+        np.concatenate([np.asarray(r, dtype=np.int64) for r in row_parts]) if row_parts else np.empty(0, np.int64)
+    )
     vectors = ShardedMatrix(parts, dimension, manifest["dtype"])
     return CorpusEmbeddings(vectors, all_rows, CorpusIds(id_parts) if id_parts is not None else None, manifest)

@@ -253,8 +253,11 @@ def check_unicode(text: str, name: str) -> str:
     return text
 
 
-def read_lines(path: str | Path) -> list[str]:
+def read_lines(path: str | Path, data: bytes | None = None) -> list[str]:
     """The lines of a UTF-8 text file, exactly as an editor numbers them (item 0 is line 1).
+
+    ``data``: the file's bytes, when they are read already (standard input, say); ``path`` then only
+    names them in errors.
 
     Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
     that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
@@ -267,7 +270,8 @@ def read_lines(path: str | Path) -> list[str]:
         ValueError: if it is not UTF-8.
     """
     path = Path(path)
-    data = path.read_bytes()
+    if data is None:
+        data = path.read_bytes()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

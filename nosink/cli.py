@@ -139,7 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     enc.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
     enc.add_argument("--spec", help="layer spec; optional for a saved encoder")
     enc.add_argument("--text", action="append", default=[], help="a text to encode (repeatable)")
-    enc.add_argument("--file", type=Path, help="a UTF-8 file, one text per line (no blank lines); after --text")
+    enc.add_argument("--file", help="a UTF-8 file, one text per line (no blank lines), '-' for standard input; "
+                     "after --text")  # fmt: skip
     enc.add_argument("-o", "--output", type=_output_path, required=True,
                      help="output file: .npy or .safetensors (any case), written under exactly this name")  # fmt: skip
     enc.add_argument("--instruction", help="prompt put before every text (not pooled)")
@@ -227,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--spec", default="F*", help="spec to inspect (default 'F*': the unconverted model)")
     ins.add_argument("--compare", nargs="*", default=[], help="more specs whose sink profiles go in the same plot")
     ins.add_argument("--text", action="append", default=[], help="a sample text (repeatable)")
-    ins.add_argument("--file", type=Path, help="sample texts, one per line (blank lines are skipped)")
+    ins.add_argument("--file", help="sample texts, one per line (blank lines are skipped), '-' for standard input")
     ins.add_argument("--layers", type=count_arg(minimum=0), nargs="+", help="layer steps to draw (default: all)")
     ins.add_argument("--threshold", type=_fraction, default=0.5,
                      help="share on the first token that makes a sink layer")  # fmt: skip
@@ -248,14 +249,22 @@ def _parser() -> argparse.ArgumentParser:
 # --- inputs -----------------------------------------------------------------------------------------
 
 
-def _texts_of(path: Path) -> list[str]:
-    """The lines of a texts file, refusing blank ones (row i of the output must be line i)."""
-    lines = read_lines(path)
+def _lines_of(name: str) -> list[str]:
+    """The lines of a texts file; ``-`` is standard input (``./-`` is a file of that name), as in Unix tools."""
+    if name == "-":
+        return read_lines("standard input", sys.stdin.buffer.read())
+    return read_lines(name)
+
+
+def _texts_of(name: str) -> list[str]:
+    """The lines of a texts file (``-``: standard input), refusing blank ones (row i of the output must be line i)."""
+    lines = _lines_of(name)
     blank = [i for i, line in enumerate(lines, 1) if not line.strip()]
     if blank:
         shown = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
+        where = "standard input" if name == "-" else name
         raise ValueError(
-            f"{printable(str(path))} has blank lines ({shown}); remove them so that row i of the output is line i"
+            f"{printable(where)} has blank lines ({shown}); remove them so that row i of the output is line i"
         )
     return lines
 
@@ -393,7 +402,17 @@ def _add_encode_corpus(sub: Any) -> None:
     )
     c.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
     c.add_argument("--spec", help="layer spec; optional for a saved encoder")
-    c.add_argument("--input", type=Path, required=True, help="the corpus: .txt, .jsonl/.ndjson or .parquet")
+    c.add_argument(
+        "--input",
+        required=True,
+        help="the corpus: .txt, .jsonl/.ndjson or .parquet; '-' for standard input (with --format)",
+    )
+    c.add_argument(
+        "--format",
+        dest="input_format",
+        choices=["txt", "jsonl", "parquet"],
+        help="the input's format (default: from its suffix); needed for '-' and pipes like /dev/stdin",
+    )
     c.add_argument("--out", type=Path, required=True, help="output folder (new, empty, or an earlier run's)")
     c.add_argument("--text-field", default="text", help="the text's field or column (jsonl, parquet)")
     c.add_argument("--id-field", help="a field or column of ids to keep with the vectors (must be unique)")
@@ -424,7 +443,8 @@ def _encode_corpus(args: argparse.Namespace) -> int:
         encoder, args.input, args.out, text_field=args.text_field, id_field=args.id_field,
         instruction=args.instruction, pooling=args.pooling, normalize=args.normalize, dtype=args.dtype,
         batch_size=args.batch_size, max_length=args.max_length, shard_rows=args.shard_rows,
-        on_bad_row="skip" if args.skip_bad_rows else "error", show_progress=not args.no_progress,
+        on_bad_row="skip" if args.skip_bad_rows else "error", input_format=args.input_format,
+        show_progress=not args.no_progress,
     )  # fmt: skip
     if int(os.environ.get("RANK", "0")) == 0:
         reused = sum(r.reused for r in summary.ranks)
@@ -441,7 +461,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
     from nosink.evals.report import inspect_encoder
 
-    texts = list(args.text) + ([t for t in read_lines(args.file) if t.strip()] if args.file else [])
+    texts = list(args.text) + ([t for t in _lines_of(args.file) if t.strip()] if args.file else [])
     if not texts:
         raise ValueError("give sample texts with --text or --file")
     path = _model_path(args.model)

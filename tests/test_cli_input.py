@@ -1,6 +1,7 @@
 """The command line's inputs and failures: files read line for line, counts checked at parse time,
 output names kept, data found through --data or NOSINK_DATA, and every failure one line on stderr."""
 
+import io
 import json
 import subprocess
 import sys
@@ -82,6 +83,18 @@ def test_encode_file_rows_are_its_lines(saved, tmp_path):
     vectors = np.load(out)
     assert vectors.shape[0] == 4
     np.testing.assert_allclose(vectors, EncoderFromDecoder.from_pretrained(saved).encode(lines), atol=1e-6)
+
+
+def test_encode_file_dash_is_standard_input_and_dot_slash_dash_a_file(saved, tmp_path, monkeypatch):
+    lines = ["the cat sat", "a dog\u2028ran"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\r\n".join(lines).encode() + b"\n")))
+    assert main(["encode", str(saved), "--file", "-", "-o", str(tmp_path / "v.npy")]) == 0
+    want = EncoderFromDecoder.from_pretrained(saved).encode(lines)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), want, atol=1e-6)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text("\n".join(reversed(lines)) + "\n")  # a file named "-", as ./- in Unix tools
+    assert main(["encode", str(saved), "--file", "./-", "-o", str(tmp_path / "w.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "w.npy"), want[::-1], atol=1e-6)
 
 
 # --- the output name ----------------------------------------------------------------------------------

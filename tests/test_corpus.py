@@ -1,6 +1,8 @@
 """Corpus encoding: torchrun ranks give encode()'s vectors in input order, resume after a kill, refuse mixing."""
 
+import fcntl
 import gc
+import io
 import json
 import os
 import random
@@ -208,10 +210,17 @@ BAD = [
     ('{"text": "the cat"}\n{"text": 3}\n', "line 2: 'text' is a int, not a string"),
     ('{"text": "the cat"}\n["the cat"]\n', "line 2: not a JSON object"),
     ('{"text": "the cat"}\n{"text": "  "}\n', "line 2: the text has no tokens"),
+    ('{"text": "the cat"}\n{"text": "a\\ud800b"}\n', "line 2: 'text' holds a lone surrogate .U.D800. at character 1"),
+    (
+        '{"text": "the cat"}\n{"text": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+        "line 2: invalid JSON .nested too deeply",
+    ),
+    ('{"text": "the cat"}\n{"text": 1' + "0" * 5000 + "}\n", "line 2: invalid JSON .Exceeds the limit .4300 digits"),
+    ('{"text": "the cat"}\n{"text": NaN}\n', "line 2: 'text' is a float, not a string"),
 ]
 
 
-@pytest.mark.parametrize(("content", "message"), BAD, ids=[m for _, m in BAD])
+@pytest.mark.parametrize(("content", "message"), BAD, ids=[m[:40] for _, m in BAD])
 def test_bad_rows_are_fatal_with_their_line_number(encoder, tmp_path, content, message):
     source = tmp_path / "c.jsonl"
     source.write_text(content)
@@ -235,6 +244,32 @@ def test_bad_rows_can_be_skipped_and_are_counted(encoder, tmp_path):
     ]
     assert got.manifest["skipped"] == 3 and got.manifest["encoded"] == 3 and got.manifest["rows"] == 6
     np.testing.assert_allclose(got.vectors[:], encoder.encode(["the cat", "a dog", "i like food"]), atol=1e-5)
+
+
+def test_rows_that_the_tokenizer_or_the_json_parser_would_choke_on_are_bad_rows_that_can_be_skipped(encoder, tmp_path):
+    source = tmp_path / "c.jsonl"
+    rows = [
+        '{"text": "the cat", "id": "a"}',
+        '{"text": "the\\udfffdog", "id": "b"}',  # a lone surrogate: the tokenizer's TypeError before
+        '{"text": "a dog", "id": "c\\ud800"}',  # in an id: a UnicodeEncodeError when the shard was written
+        '{"text": ' + "[" * 50_000 + "]" * 50_000 + "}",  # RecursionError in the JSON parser
+        '{"text": "a bird", "id": 1' + "0" * 5000 + "}",  # int() refuses more than 4300 digits
+        '{"text": "i like food", "id": "d"}',
+    ]
+    source.write_text("\n".join(rows) + "\n")
+    with pytest.raises(BadRowError, match="line 2: 'text' holds a lone surrogate") as err:
+        encode_corpus(encoder, source, tmp_path / "out", id_field="id", show_progress=False)
+    assert err.value.row == 1
+    encode_corpus(encoder, source, tmp_path / "out", id_field="id", on_bad_row="skip", show_progress=False)
+    got = load_corpus_embeddings(tmp_path / "out")
+    assert got.rows.tolist() == [0, 5] and got.ids == ["a", "d"]
+    reasons = [(s["line"], s["reason"][:40]) for s in got.manifest["skipped_rows"]]
+    assert reasons == [
+        (2, "'text' holds a lone surrogate (U+DFFF) a"),
+        (3, "the id 'id' holds a lone surrogate (U+D8"),
+        (4, "invalid JSON (nested too deeply)"),
+        (5, "invalid JSON (Exceeds the limit (4300 di"),
+    ]
 
 
 def test_parquet_input_and_half_precision_shards(encoder, tmp_path, monkeypatch):
@@ -286,6 +321,9 @@ def test_unknown_input_suffix_and_bad_arguments_are_refused(encoder, tmp_path):
         encode_corpus(encoder, tmp_path / "c.txt", tmp_path / "out", progress_interval=0)
     with pytest.raises(FileNotFoundError, match="no input file"):
         encode_corpus(encoder, tmp_path / "none.txt", tmp_path / "out")
+    (tmp_path / "dir.txt").mkdir()  # not a stream either
+    with pytest.raises(FileNotFoundError, match="no input file"):
+        encode_corpus(encoder, tmp_path / "dir.txt", tmp_path / "out")
 
 
 def test_command_line(model, tmp_path, capsys):
@@ -509,3 +547,195 @@ def test_errors_on_the_reader_and_writer_threads_stop_the_run_after_the_write_in
     summary = encode_corpus(encoder, jsonl[0], out, show_progress=False, **JOB)
     assert summary.ranks[0].shards_reused == 4
     _check_complete(out, reference, 300)
+
+
+def test_a_bad_row_in_one_ranks_part_stops_every_rank_with_one_clean_line_each(model, tmp_path):
+    """Rank 1 reports its bad row, rank 0 says rank 1 failed and why: no thread traceback, no lost connection."""
+    source = tmp_path / "c.jsonl"
+    texts = _texts(300)
+    texts[49] = ""  # line 50: shard 1 of 37 rows, rank 1's
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    command = [sys.executable, "-m", "nosink.cli", "encode-corpus", model, "--input", str(source), "--out",
+               str(tmp_path / "out"), "--shard-rows", "37", "--batch-size", "4", "--no-progress"]  # fmt: skip
+    environ = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+               "WORLD_SIZE": "2"}  # fmt: skip
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    ranks = [subprocess.Popen(command, env={**environ, "RANK": str(r), "LOCAL_RANK": str(r)}, **pipes) for r in (0, 1)]
+    errs = [rank.communicate(timeout=600)[1] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [1, 1], errs
+    last = [err.strip().splitlines()[-1] for err in errs]
+    bad = "c.jsonl line 50: empty text; fix the row or skip bad rows"
+    assert last[1].startswith("nosink: error: ") and bad in last[1], errs[1]
+    assert last[0].startswith("nosink: error: rank 1 failed: ") and bad in last[0], errs[0]
+    for err in errs:
+        assert "Traceback" not in err and "Connection closed" not in err, err
+        assert err.count("nosink: error:") == 1, err
+
+
+def test_one_run_per_folder_at_a_time_and_a_killed_run_leaves_no_lock(encoder, tmp_path):
+    source, out = tmp_path / "c.txt", tmp_path / "out"
+    source.write_text("the cat sat\nthe dog ran\n")
+    out.mkdir()
+    held = os.open(out / ".lock", os.O_RDWR | os.O_CREAT)  # another run's hold: flock is per open file
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        with pytest.raises(ValueError, match=r"another run is writing .*out now .*one run at a time per folder"):
+            encode_corpus(encoder, source, out, show_progress=False)
+        assert [p.name for p in out.iterdir()] == [".lock"]  # the refused run touched nothing
+        (out / ".run.json.1a2b3c4d.tmp").write_text("{}")  # the other run, starting: run.json not yet renamed
+        with pytest.raises(ValueError, match="another run is writing"):  # not "is not a corpus folder"
+            encode_corpus(encoder, source, out, show_progress=False)
+        (out / ".run.json.1a2b3c4d.tmp").unlink()
+    finally:
+        os.close(held)
+    holder = subprocess.Popen(  # a run that holds the folder, then is killed (SIGKILL: no cleanup)
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)", str(out / ".lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match="another run is writing"):
+            encode_corpus(encoder, source, out, show_progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert encode_corpus(encoder, source, out, show_progress=False).encoded == 2  # the kernel released the lock
+    assert encode_corpus(encoder, source, out, show_progress=False).encoded == 2  # and so did the finished run
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a corpus folder"):
+        encode_corpus(encoder, source, tmp_path / "busy", show_progress=False)
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]  # no lock file left in a foreign folder
+
+
+def _corpus_folder(encoder, tmp_path, name):
+    source = tmp_path / "c.txt"
+    source.write_text("the cat sat\nthe dog ran\na bird\n")
+    encode_corpus(encoder, source, tmp_path / name, shard_rows=2, show_progress=False)
+    return tmp_path / name
+
+
+def _edit_manifest(folder, edit):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_manifest_cannot_name_shards_outside_its_folder(encoder, tmp_path):
+    a, b = _corpus_folder(encoder, tmp_path, "A"), _corpus_folder(encoder, tmp_path, "B")
+    original = (b / "manifest.json").read_text()
+    for name in ("../A/shard-00000.safetensors", str(a / "shard-00000.safetensors"), "..", "sub\\shard.st"):
+        _edit_manifest(b, lambda m, name=name: m["shards"][0].update(file=name))
+        with pytest.raises(OSError, match=r"manifest\.json is damaged: shards\[0\]\.file must be a plain file name"):
+            load_corpus_embeddings(b)
+        (b / "manifest.json").write_text(original)
+    (b / "shard-00000.safetensors").unlink()
+    (b / "shard-00000.safetensors").symlink_to(a / "shard-00000.safetensors")  # the same bytes, but A's file
+    with pytest.raises(OSError, match=r"shard shard-00000\.safetensors is a link to .*A/shard-00000\.safetensors, out"):
+        load_corpus_embeddings(b)
+
+
+DAMAGED = [
+    (lambda m: m["shards"][0].pop("first_row"), r"shards\[0\]\.first_row must be present"),
+    (lambda m: m["shards"][1].update(rows=True), r"shards\[1\]\.rows must be a non-negative integer, got True"),
+    (lambda m: m["shards"][0].update(end_row=2**64), r"shards\[0\]\.end_row must be a non-negative integer"),
+    (lambda m: m["shards"][0].update(first_row=-1), r"shards\[0\]\.first_row must be a non-negative integer"),
+    (lambda m: m["shards"][0].update(sha256=7), r"shards\[0\]\.sha256 must be 64 hex digits, got 7"),
+    (lambda m: m["shards"][0].update(file=["x"]), r"shards\[0\]\.file must be a plain file name"),
+    (lambda m: m["shards"].__setitem__(0, "x"), r"shards\[0\] must be an object"),
+    (lambda m: m.update(shards={"0": 1}), r"shards must be a list"),
+    (lambda m: m.update(dimension="32"), r"dimension must be a non-negative integer, got '32'"),
+    (lambda m: m.pop("rows"), r"rows must be present"),
+    (lambda m: m.update(dtype=None), r"dtype must be one of float32"),
+    (lambda m: m.update(id_field=3), r"id_field must be a string or null"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), DAMAGED, ids=[m[:30] for _, m in DAMAGED])
+def test_a_damaged_manifest_is_an_oserror_naming_the_file_and_the_field(encoder, tmp_path, edit, message):
+    folder = _corpus_folder(encoder, tmp_path, "out")
+    _edit_manifest(folder, edit)
+    with pytest.raises(OSError, match=r"out/manifest\.json is damaged: " + message):
+        load_corpus_embeddings(folder)
+
+
+def test_deeply_nested_json_and_damaged_shard_headers_and_records_say_what_is_wrong(encoder, tmp_path):
+    folder = _corpus_folder(encoder, tmp_path, "out")
+    manifest = (folder / "manifest.json").read_text()
+    (folder / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(OSError, match=r"manifest\.json is unreadable \(its JSON is nested too deeply\)"):
+        load_corpus_embeddings(folder)
+    (folder / "manifest.json").write_text(manifest)
+    shard = folder / "shard-00001.safetensors"
+    data = shard.read_bytes()
+    headers = [
+        ((2**62).to_bytes(8, "little") + data[8:], r"its header size says 4611686018427387904 bytes, but the file"),
+        (data[:4], "the file has 4 bytes, fewer than the 8 of a header size"),
+        (data[:8] + b"x" + data[9:], r"its header is not JSON \(JSONDecodeError"),
+        (data.replace(b'"vectors"', b'"vektors"'), "it has no 'vectors' tensor"),
+        (data.replace(b'"dtype":"I64"', b'"dtype":"I65"', 1), "tensor 'rows' has no known dtype"),
+    ]
+    for damaged, reason in headers:
+        shard.write_bytes(damaged)
+        with pytest.raises(OSError, match=r"shard shard-00001\.safetensors is unreadable \(" + reason):
+            load_corpus_embeddings(folder, verify=False)
+    shard.write_bytes(data)
+
+    (folder / "shard-00000.json").write_text("[" * 100_000 + "]" * 100_000)  # resuming reads the records
+    record = json.loads((folder / "shard-00001.json").read_text())
+    (folder / "shard-00001.json").write_text(json.dumps({**record, "first_row": "2"}))
+    summary = encode_corpus(encoder, tmp_path / "c.txt", folder, shard_rows=2, show_progress=False)
+    assert summary.ranks[0].shards_written == 2 and summary.encoded == 3  # both redone, not a crash
+    assert len(load_corpus_embeddings(folder)) == 3
+    (folder / "run.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"run\.json is unreadable \(its JSON is nested too deeply\); use a new"):
+        encode_corpus(encoder, tmp_path / "c.txt", folder, shard_rows=2, show_progress=False)
+
+
+def test_standard_input_and_pipes_with_a_format_resume_by_content(model, encoder, tmp_path, monkeypatch, capsys):
+    from nosink.cli import main
+
+    texts = _texts(30, seed=3)
+    data = "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts)).encode()
+    out = tmp_path / "out"
+    args = ["encode-corpus", model, "--input", "-", "--out", str(out), "--id-field", "id", "--shard-rows", "8",
+            "--no-progress"]  # fmt: skip
+
+    def stdin(content):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(content)))
+
+    stdin(data)
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot tell the format of standard input" in err and "--format jsonl|parquet|txt" in err
+    assert not out.exists()
+    stdin(data)
+    assert main([*args, "--format", "jsonl"]) == 0
+    got = load_corpus_embeddings(out)
+    assert got.ids == [f"d{i}" for i in range(30)]
+    np.testing.assert_allclose(np.asarray(got.vectors), encoder.encode(texts), atol=1e-5, rtol=0)
+    assert sorted(p.name for p in out.glob(".*")) == [".lock"]  # the copy of standard input is gone
+    (out / "shard-00002.json").unlink()
+    stdin(data)  # the same bytes again: a resume
+    assert main([*args, "--format", "jsonl"]) == 0
+    assert "30 of 30 rows have vectors (22 from earlier runs)" in capsys.readouterr().out
+    assert load_corpus_embeddings(out).manifest["summary"]["ranks"][0]["shards_reused"] == 3
+    stdin(data[: data.rindex(b"{")])  # other bytes: a changed input
+    assert main([*args, "--format", "jsonl"]) == 1
+    assert "input {'format': 'jsonl', 'rows': 30" in capsys.readouterr().err
+    assert sorted(p.name for p in out.glob(".*")) == [".lock"]
+
+    bad = b'{"text": "the cat"}\n{"text": ""}\n'
+    stdin(bad)
+    with pytest.raises(BadRowError, match=r"^standard input line 2: empty text"):
+        encode_corpus(encoder, "-", tmp_path / "bad", input_format="jsonl", show_progress=False)
+
+    # /dev/stdin on a pipe (not a regular file): read once, through the same copy
+    command = [sys.executable, "-m", "nosink.cli", "encode-corpus", model, "--input", "/dev/stdin", "--out",
+               str(tmp_path / "piped"), "--shard-rows", "8", "--no-progress"]  # fmt: skip
+    done = subprocess.run([*command, "--format", "jsonl"], input=data, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_allclose(np.asarray(load_corpus_embeddings(tmp_path / "piped").vectors), np.asarray(got.vectors))
+    done = subprocess.run(command, input=data, capture_output=True, timeout=600)
+    assert done.returncode == 1 and b"cannot tell the format of /dev/stdin" in done.stderr
