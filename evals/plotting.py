@@ -5,11 +5,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["figure", "save"]
+__all__ = ["figure", "require_matplotlib", "save"]
+
+
+def require_matplotlib() -> None:
+    """Check that matplotlib can be imported, before any work whose figures would need it.
+
+    Raises:
+        ImportError: naming the ``eval`` extra that installs it.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            'the figures need matplotlib, which the eval extra installs: pip install "nosink[eval]"'
+        ) from None
 
 
 def figure(rows: int = 1, cols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
-    """A matplotlib figure and axes on the headless Agg backend (no display needed)."""
+    """A matplotlib figure and axes on the headless Agg backend (no display needed).
+
+    Raises:
+        ImportError: without matplotlib, naming the ``eval`` extra.
+    """
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

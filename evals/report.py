@@ -15,7 +15,7 @@ from typing import Any
 
 from nosink import EncoderFromDecoder, Spec
 
-from . import sinks
+from . import plotting, sinks
 
 __all__ = ["InspectReport", "inspect_encoder"]
 
@@ -91,7 +91,9 @@ def inspect_encoder(
     Raises:
         ValueError: for no texts, texts too short for ``positions``, or no layer steps to draw.
         SpecError: if a ``compare`` spec is malformed or does not fit the model.
+        ImportError: without matplotlib (the ``eval`` extra), before anything is written.
     """
+    plotting.require_matplotlib()  # before the folder is made: no empty report folder without it
     out = Path(out)
     texts = list(texts)
     out.mkdir(parents=True, exist_ok=True)

@@ -459,8 +459,10 @@ def _encode_corpus(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
+    from nosink.evals.plotting import require_matplotlib
     from nosink.evals.report import inspect_encoder
 
+    require_matplotlib()  # before the model loads
     texts = list(args.text) + ([t for t in _lines_of(args.file) if t.strip()] if args.file else [])
     if not texts:
         raise ValueError("give sample texts with --text or --file")

@@ -145,6 +145,18 @@ def test_inspect_writes_figures_tables_and_a_suggestion(saved, tmp_path, capsys)
     assert "suggested spec:" in capsys.readouterr().out
 
 
+def test_inspect_without_matplotlib_names_the_extra_and_writes_nothing(saved, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after the main job's install: no eval extra
+    out = tmp_path / "ins"
+    assert main(["inspect", str(saved), "--text", "the cat sat on the mat", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    extra = 'pip install "nosink[eval]"'
+    assert err == [f"nosink: error: ImportError: the figures need matplotlib, which the eval extra installs: {extra}"]
+    assert not out.exists()
+
+
 def _study_data(root):
     """Tiny STS-B (train/dev/test) and CoNLL-2003 (train/dev) folders in the shared data's formats."""
     import random
