@@ -747,13 +747,18 @@ CONFIG_PROBLEMS = {
 }
 
 
-@pytest.mark.parametrize("problem", CONFIG_PROBLEMS)
-def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_weights_load(tmp_path, problem):
-    folder = tmp_path / "enc"
+def _saved_with_config(folder, change):
+    """A saved encoder whose config.json has ``change`` (a key set to None is removed)."""
     _old().save_pretrained(folder)
-    change, message = CONFIG_PROBLEMS[problem]
     config = json.loads((folder / "config.json").read_text()) | change
     (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    return folder
+
+
+@pytest.mark.parametrize("problem", CONFIG_PROBLEMS)
+def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_weights_load(tmp_path, problem):
+    change, message = CONFIG_PROBLEMS[problem]
+    folder = _saved_with_config(tmp_path / "enc", change)
     (folder / "model.safetensors").write_bytes(b"")  # so that reaching the weights would be another error
     with pytest.raises(OSError, match=re.escape(str(folder)) + ".*" + message):
         EncoderFromDecoder.from_pretrained(folder)
@@ -769,11 +774,8 @@ BUILD_PROBLEMS = {
 
 @pytest.mark.parametrize("problem", BUILD_PROBLEMS)
 def test_a_config_value_the_model_cannot_be_built_from_is_an_oserror_naming_the_folder(tmp_path, problem):
-    folder = tmp_path / "enc"
-    _old().save_pretrained(folder)
     change, message = BUILD_PROBLEMS[problem]
-    config = json.loads((folder / "config.json").read_text()) | change
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = _saved_with_config(tmp_path / "enc", change)
     with pytest.raises(
         OSError, match=rf"the model in {re.escape(str(folder))} does not build from its config\.json \("
     ):
