@@ -451,13 +451,16 @@ def check_dtype(dtype: torch.dtype | str | None) -> torch.dtype | str | None:
 
 
 def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
-    """The model's transformers config (cheap: no weights). Keyword arguments other than
-    ``revision``, ``gguf_file``, ``cache_dir``, ``token``, ``trust_remote_code``, ``local_files_only`` and
-    ``subfolder`` are ignored.
+    """The model's transformers config (cheap: no weights), checked (:func:`check_config`). Keyword arguments
+    other than ``revision``, ``gguf_file``, ``cache_dir``, ``token``, ``local_files_only`` and ``subfolder``
+    are ignored; transformers always gets ``trust_remote_code=False``.
 
     Raises:
         OSError: if there is no such local folder or hub model (saying which of the two the name was read as),
-            or a local folder has no ``config.json`` (and no ``gguf_file`` is given).
+            a local folder has no ``config.json`` (and no ``gguf_file`` is given), or its ``config.json`` is
+            not a JSON object or holds a value transformers cannot build a model from (naming the field);
+            :class:`RemoteCodeError` if the model needs code of its own.
+        ValueError: for ``trust_remote_code=True``.
     """
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
@@ -603,7 +606,9 @@ def load_model(
         raise OSError(f"weights in {where} do not match the model's config: {printable(str(err))}") from None
     except (KeyError, AttributeError, TypeError, ValueError, IndexError, ArithmeticError, AssertionError) as err:
         # A config value that the model's constructor cannot build from (what check_config does not know).
-        raise OSError(f"the model in {where} does not build from its config.json ({_reason(err)}); {_FIX}") from None
+        raise OSError(
+            f"the model in {where} does not build from its config.json and the arguments given ({_reason(err)}); {_FIX}"
+        ) from None
     unexpected = [k for k in info.get("unexpected_keys", ()) if saved or not k.startswith(_HEAD_KEYS)]
     problems = {"missing_keys": info.get("missing_keys"), "mismatched_keys": info.get("mismatched_keys")}
     problems = {k: v for k, v in problems.items() if v}

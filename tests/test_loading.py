@@ -777,7 +777,7 @@ def test_a_config_value_the_model_cannot_be_built_from_is_an_oserror_naming_the_
     change, message = BUILD_PROBLEMS[problem]
     folder = _saved_with_config(tmp_path / "enc", change)
     with pytest.raises(
-        OSError, match=rf"the model in {re.escape(str(folder))} does not build from its config\.json \("
+        OSError, match=rf"the model in {re.escape(str(folder))} does not build from its config\.json and the arguments"
     ):
         EncoderFromDecoder.from_pretrained(folder)
     with pytest.raises(OSError, match=message):
