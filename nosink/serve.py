@@ -1207,6 +1207,13 @@ def _guarded(base: type, limits: Limits) -> type:
             self.transport.write(_refusal(503, "Service Unavailable", error))
             self.transport.close()
 
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn's answer to a request its HTTP parser refuses (a huge header, a bad transfer encoding):
+            # the same, with OpenAI's JSON error body rather than plain text.
+            error = ApiError(400, f"malformed HTTP request ({msg.rstrip('.')})", "invalid_http_request")
+            self.transport.write(_refusal(400, "Bad Request", error))
+            self.transport.close()
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._arm(None)
             if self._peer is not None:

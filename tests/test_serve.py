@@ -551,6 +551,21 @@ def test_a_request_that_never_finishes_arriving_is_answered_408_and_closed(guard
     _serves(guarded_server)
 
 
+@pytest.mark.parametrize(
+    "sent",
+    [HEAD + b"X-a: " + b"y" * 200_000 + b"\r\n\r\n", HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n"],
+    ids=["a huge header", "a bad transfer encoding"],
+)
+def test_a_request_the_http_parser_refuses_gets_an_openai_error_body(guarded_server, sent):
+    # uvicorn answers these before the app runs, with a plain-text 400 of its own
+    answer, _ = _closed_after(guarded_server, sent)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "invalid_http_request" and error["message"].startswith("malformed HTTP request (")
+    _serves(guarded_server)
+
+
 def test_trickled_headers_get_one_timeout_and_a_timely_request_is_served(guarded_server):
     # One byte every 0.2 s: the clock runs from the request's first byte, each byte does not restart it.
     _, seconds = _closed_after(guarded_server, [bytes([b]) for b in HEAD], pause=0.2)
