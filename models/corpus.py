@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import queue
+import stat
 import sys
 import threading
 import time
@@ -911,7 +912,18 @@ def _lock_folder(out: Path) -> int | None:
         import fcntl
     except ImportError:  # not POSIX
         return None
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: it would take the lock elsewhere, or create a file where the link points
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as err:  # ELOOP for a link, EISDIR for a folder
+        raise ValueError(
+            f"{printable(str(out / LOCK_FILE))} is not a lock file nosink made ({err.strerror}): remove it, "
+            "or choose another output folder"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(
+            f"{printable(str(out / LOCK_FILE))} is not a regular file: remove it, or choose another folder"
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

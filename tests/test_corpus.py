@@ -609,6 +609,22 @@ def test_one_run_per_folder_at_a_time_and_a_killed_run_leaves_no_lock(encoder, t
     assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]  # no lock file left in a foreign folder
 
 
+@pytest.mark.parametrize("target", ["nowhere", "victim.txt", "a folder"])
+def test_a_lock_that_is_a_link_or_a_folder_is_refused_and_nothing_is_made_where_it_points(encoder, tmp_path, target):
+    source, out = tmp_path / "c.txt", tmp_path / "out"
+    source.write_text("the cat sat\nthe dog ran\n")
+    out.mkdir()
+    (tmp_path / "victim.txt").write_text("mine")
+    if target == "a folder":
+        (out / ".lock").mkdir()
+    else:
+        (out / ".lock").symlink_to(tmp_path / target)  # a link would take the lock (or make a file) elsewhere
+    with pytest.raises(ValueError, match=r"\.lock is not a (lock file nosink made|regular file).*: remove it"):
+        encode_corpus(encoder, source, out, show_progress=False)
+    assert not (tmp_path / "nowhere").exists() and (tmp_path / "victim.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+
+
 def _corpus_folder(encoder, tmp_path, name):
     source = tmp_path / "c.txt"
     source.write_text("the cat sat\nthe dog ran\na bird\n")
