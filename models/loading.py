@@ -220,8 +220,8 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
     (absolute: ``~``, ``.``, ``..`` and links resolved).
 
     Raises:
-        FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder
-            (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
+        FileExistsError: if ``directory`` is a file or lies below one, a non-empty folder that is not a saved
+            encoder (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
             directory or a folder above it (replacing it would leave the process in a deleted folder).
         FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing (the save would
             create folders where the link points).
@@ -235,6 +235,11 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
                 "which does not exist; create that folder, or remove the link"
             )
     directory = path.resolve()  # a link: replace what it points to
+    above = next((p for p in directory.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise FileExistsError(
+            f"refusing to save to {given}: {printable(str(above))} is a file, not a folder; save under a folder"
+        )
     if not directory.name:
         raise FileExistsError(f"{given} is the filesystem root: save the encoder to a folder")
     try:

@@ -814,3 +814,10 @@ def test_a_save_through_a_dangling_link_is_refused_and_creates_nothing(tmp_path)
     with pytest.raises(FileNotFoundError, match="which does not exist"):
         _old().save_pretrained(tmp_path / "dir-link" / "enc")
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_save_below_a_file_names_the_file(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"afile is a file, not a folder; save under a folder"):
+        _old().save_pretrained(tmp_path / "afile" / "sub" / "enc")
+    assert (tmp_path / "afile").read_text() == "mine"
