@@ -709,8 +709,8 @@ def _no_remote_code(source: str) -> Iterator[None]:
 
 def _json_keys(file: Path) -> set[str]:
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        value = read_json(file, "")
+    except OSError:  # missing, unreadable or not JSON: it asks for nothing
         return set()
     return set(value) if isinstance(value, dict) else set()
 
