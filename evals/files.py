@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 from nosink.models.texts import read_lines
 
 __all__ = ["read_jsonl"]

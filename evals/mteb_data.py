@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 from nosink.models.texts import read_lines
 
 from .files import read_jsonl

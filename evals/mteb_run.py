@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nosink import EncoderFromDecoder, Spec
+from nosink.checks import positive_int
 from nosink.layerspec import as_spec
-from nosink.layerspec.checks import positive_int
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
 

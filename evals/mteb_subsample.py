@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nosink.layerspec.checks import positive_int
+from nosink.checks import positive_int
 
 if TYPE_CHECKING:
     from datasets import Dataset

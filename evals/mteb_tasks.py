@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 
 if TYPE_CHECKING:
     from mteb import AbsTask, TaskMetadata

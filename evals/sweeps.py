@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nosink import Spec, presets
-from nosink.layerspec.checks import positive_int
+from nosink.checks import positive_int
 
 __all__ = [
     "CONFIGS",

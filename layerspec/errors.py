@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import printable
+from nosink.checks import printable
 
 __all__ = ["SpecError"]
 

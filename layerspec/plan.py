@@ -45,7 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .checks import positive_int
+from nosink.checks import positive_int
+
 from .errors import SpecError
 from .spec import Block, Kind, Segment, Spec
 

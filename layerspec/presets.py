@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .checks import positive_int
+from nosink.checks import positive_int
+
 from .errors import SpecError
 from .spec import Block, Kind, Segment, Spec
 

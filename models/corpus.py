@@ -63,7 +63,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from nosink.layerspec.checks import positive_int, printable
+from nosink.checks import positive_int, printable
 
 from . import texts as _texts
 from .pooling import POOLINGS

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from nosink.checks import positive_int, printable
 from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
-from nosink.layerspec.checks import positive_int, printable
 from nosink.layerspec.masks import relative_positions
 
 from . import texts as _texts

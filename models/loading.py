@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 
 from .families import make_serializable
 

@@ -34,7 +34,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.modules import InputModule, Module, Normalize
 
-from nosink.layerspec.checks import positive_int, printable
+from nosink.checks import positive_int, printable
 
 from . import texts as _texts
 from .encoder import EncoderFromDecoder

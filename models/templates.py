@@ -21,7 +21,7 @@ True
 
 from __future__ import annotations
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 
 from .texts import Template
 

@@ -39,7 +39,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 
-from nosink.layerspec.checks import positive_int, printable
+from nosink.checks import positive_int, printable
 
 __all__ = [
     "TEXT",

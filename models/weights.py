@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nosink.layerspec.checks import printable
+from nosink.checks import printable
 
 from .families import make_serializable
 from .loading import load_stock, replacing

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nosink.checks import count_arg, printable
 from nosink.evals.demo import DEMO_SPEC
-from nosink.layerspec.checks import count_arg, printable
 from nosink.models.loading import local_folder
 from nosink.models.texts import read_lines
 

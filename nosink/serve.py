@@ -57,8 +57,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from nosink.checks import positive_int, printable
 from nosink.layerspec import Spec
-from nosink.layerspec.checks import positive_int, printable
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 
