@@ -3,29 +3,25 @@
 from __future__ import annotations
 
 import logging
-import math
 import warnings
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from nosink.checks import positive_int, printable
+from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.masks import relative_positions
 
 from . import texts as _texts
 from .attention import Layout, Packed, Route, fast_route
+from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
 from .loading import check_sink_token
-from .pooling import POOLINGS, Pooling, pool
-from .templates import as_template
+from .pooling import Pooling, pool
 from .texts import Template
 from .weights import resolve_model
 
@@ -35,71 +31,6 @@ logger = logging.getLogger(__name__)
 
 # The default pack_padding=None packs a batch on the fast path when at least this share of its tokens is padding.
 PACK_MIN_PADDING = 0.05
-
-# On CUDA, encode() tokenizes its texts a chunk at a time while the GPU runs the batches of the chunks before:
-# the first chunk holds one batch (so the GPU starts at once), each next one twice as many, up to this many batches
-# (texts are sorted by length within a chunk: the more batches, the less padding; on an H100 with the Qwen2.5-0.5B
-# shape, 8,192 texts in batches of 128, chunks of at most 16 batches left 0.84x the forward alone, and chunks doubling
-# without a cap 1.00x, which on 8,192 texts are the chunks of this cap: padded batches run packed, which costs the
-# host more than it saves the GPU on a model this small).
-ENCODE_CHUNK_BATCHES = 64
-# On CUDA, encode() brings a batch's vectors back to the host this many batches after launching it, so the host
-# never waits for the GPU inside the loop (the copy is long done by then) and holds a bounded number of batches.
-ENCODE_LAG_BATCHES = 4
-
-
-@dataclass
-class _EncodeOptions:
-    """The keyword arguments of encode(), checked in one place."""
-
-    pooling: Pooling = "mean"
-    batch_size: int = 32
-    show_progress_bar: bool | None = None
-    output_value: str = "sentence_embedding"
-    convert_to_numpy: bool = True
-    convert_to_tensor: bool = False
-    normalize_embeddings: bool = False
-    max_length: int = 512
-    padding_side: str = "right"
-    template: Any = None  # a Template, a preset's name or None; check() makes it a Template or None
-
-    @classmethod
-    def of(cls, kwargs: dict[str, Any], caller: str) -> _EncodeOptions:
-        """The options ``kwargs`` give; an unknown keyword is ``caller``'s TypeError, not this class's."""
-        known = list(cls.__dataclass_fields__)
-        unknown = next((key for key in kwargs if key not in known), None)
-        if unknown is not None:
-            raise TypeError(
-                f"{caller} got an unexpected keyword argument {printable(repr(unknown))}; "
-                f"the keyword arguments of encode() are {', '.join(known)}"
-            )
-        return cls(**kwargs)
-
-    def check(self) -> None:
-        self.template = as_template(self.template)
-        if self.template is not None and len(self.template.formats) > 1 and self.output_value == "token_embeddings":
-            raise ValueError(f"template {self.template} averages several prompts: it has no token embeddings")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {printable(repr(self.pooling))}; expected one of {', '.join(POOLINGS)}")
-        if self.output_value not in ("sentence_embedding", "token_embeddings"):
-            raise ValueError(
-                "output_value must be 'sentence_embedding' or 'token_embeddings', "
-                f"got {printable(repr(self.output_value))}"
-            )
-        if self.padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {printable(repr(self.padding_side))}")
-        positive_int(self.batch_size, "batch_size")
-        positive_int(self.max_length, "max_length")
-
-    def convert(self, rows: list[torch.Tensor] | torch.Tensor, single: bool, tokens: bool) -> Any:
-        # rows: a list of (n_i, D) token states, or the (N, D) stacked sentence embeddings
-        if tokens:
-            out = [r.numpy() for r in rows] if self.convert_to_numpy and not self.convert_to_tensor else rows
-            return out[0] if single else out
-        if self.convert_to_tensor or not self.convert_to_numpy:
-            return rows[0] if single else rows
-        array = rows.numpy().astype(np.float32)
-        return array[0] if single else array
 
 
 def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
@@ -828,79 +759,13 @@ class EncoderFromDecoder(nn.Module):
             )
         if not specs:
             raise ValueError("encode_specs() needs at least one spec")
-        opts = _EncodeOptions.of(kwargs, "encode_specs()")
+        opts = EncodeOptions.of(kwargs, "encode_specs()")
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()
         plans = list({plan.name: plan for plan in map(self.plan_for, specs)}.values())  # a repeated spec runs once
-        texts, single = _texts.check_texts(sentences)
-        template = opts.template
-        prompts = len(template.formats) if template is not None else 1
         device = self.parts.embed_tokens.weight.device
-        # On CUDA with packing (padding then costs the GPU nothing, so sorting by length matters less), texts are
-        # tokenized a chunk at a time while the GPU runs the chunks before, and sorted by length within each chunk;
-        # elsewhere all texts are tokenized first and sorted together (padding costs there).
-        overlap = self._tokenizes_in_chunks(device)
-        chunks = _texts.Chunks(
-            self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length, template=template,
-            first=opts.batch_size if overlap else None,
-            size=opts.batch_size * ENCODE_CHUNK_BATCHES if overlap else None, prefetch=overlap,
-            offsets=False,
-        )  # fmt: skip
-        total = prompts * sum(math.ceil(n / opts.batch_size) for n in chunks.sizes)
-        show = total > 8 if opts.show_progress_bar is None else opts.show_progress_bar
-        token_output = opts.output_value == "token_embeddings"
-        width = self.parts.config.hidden_size
-        # Sentence embeddings: (specs, texts, D), each prompt's vectors added at their texts' rows (MetaEOL sums
-        # its prompts' vectors, in prompt order, and divides below); token embeddings: per spec, a list per text.
-        sums = torch.zeros(len(plans), 0 if token_output else len(texts), width)
-        states: list[list[Any]] = [[None] * len(texts) for _ in plans] if token_output else []
-        # Batches in flight: (vectors or token states on the host, copied without waiting on CUDA; the event that
-        # says the copy is done; the texts' indices; per row, its number of text tokens when token_output).
-        pending: deque[tuple[torch.Tensor, Any, torch.Tensor, list[int] | None]] = deque()
-
-        def take(done: tuple[torch.Tensor, Any, torch.Tensor, list[int] | None]) -> None:
-            host, event, index, counts = done
-            if event is not None:
-                event.synchronize()  # recorded ENCODE_LAG_BATCHES batches ago: normally long done
-            if counts is None:
-                sums.index_add_(1, index, host)  # one index operation per batch for all specs
-                return
-            for k, plan_states in enumerate(states):
-                for i, row in zip(index.tolist(), host[k].split(counts), strict=True):
-                    plan_states[i] = row
-
-        with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:
-            for chunk in chunks:
-                for tokens in chunk.prompts:
-                    for idx in _texts.batches(tokens.lengths, opts.batch_size):
-                        out, counts = self._encode_batch(tokens, idx, plans, opts.pooling, opts.padding_side,
-                                                         token_output)  # fmt: skip
-                        index = torch.tensor(idx, dtype=torch.long) + chunk.start
-                        if out.device.type == "cuda":
-                            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-                            host.copy_(out, non_blocking=True)
-                            event = torch.cuda.Event()
-                            event.record(torch.cuda.current_stream(out.device))  # the model's GPU, not the current one
-                            pending.append((host, event, index, counts))
-                        else:
-                            pending.append((out.cpu(), None, index, counts))
-                        lag = ENCODE_LAG_BATCHES if pending[-1][1] is not None else 0  # no lag on the host
-                        while len(pending) > lag:
-                            take(pending.popleft())
-                        bar.update(1)
-            while pending:
-                take(pending.popleft())
-        if token_output:
-            return {
-                plan.name: opts.convert([row.clone() for row in rows], single, True)
-                for plan, rows in zip(plans, states, strict=True)
-            }
-        if prompts > 1:
-            sums /= prompts
-        if opts.normalize_embeddings:
-            sums = torch.nn.functional.normalize(sums, dim=-1)  # a zero vector stays zero
-        return {plan.name: opts.convert(sums[k], single, False) for k, plan in enumerate(plans)}
+        return encode_texts(self, plans, sentences, instruction, opts, self._tokenizes_in_chunks(device))
 
     def _tokenizes_in_chunks(self, device: torch.device) -> bool:
         # Whether encode() overlaps tokenizing with the forward (see encode_specs); tests force it on the CPU.
@@ -938,13 +803,15 @@ class EncoderFromDecoder(nn.Module):
         rows = range(len(tokens)) if rows is None else rows
         plans = [self.plan] if specs is None else [self.plan_for(spec) for spec in specs]
         plans = list({plan.name: plan for plan in plans}.values())
-        out, counts = self._encode_batch(tokens, rows, plans, pooling, padding_side, token_embeddings)
-        out = out.cpu()  # (specs, B, D), or (specs, n_text_tokens, D)
-        if counts is None:
-            return {plan.name: out[k] for k, plan in enumerate(plans)}
-        return {plan.name: list(out[k].split(counts)) for k, plan in enumerate(plans)}
+        batch = [(tokens, rows, None)]
+        (done,) = pooled_batches(
+            self, batch, plans, pooling=pooling, padding_side=padding_side, token_embeddings=token_embeddings
+        )
+        if done.counts is None:
+            return {plan.name: done.vectors[k] for k, plan in enumerate(plans)}
+        return {plan.name: list(done.vectors[k].split(done.counts)) for k, plan in enumerate(plans)}
 
-    def _encode_batch(
+    def encode_batch(
         self,
         tokens: _texts.Tokenized,
         rows: Sequence[int],
@@ -953,10 +820,13 @@ class EncoderFromDecoder(nn.Module):
         padding_side: str,
         token_embeddings: bool,
     ) -> tuple[torch.Tensor, list[int] | None]:
-        # One batch, left on the model's device with nothing waited for: (plans, B, D) float32 vectors, or the
-        # (plans, n, D) float32 states of the batch's n text tokens, row after row, and each row's count of them.
-        # On CUDA the host builds the batch in pinned memory and everything the layout needs (lengths, where the
-        # real tokens lie, which tokens are text) is read on the host: the only device work is queued.
+        """One batch of ``tokens`` (its ``rows``), pooled under each plan and left on the device, nothing waited for.
+
+        Returns ``(plans, B, D)`` float32 vectors and ``None``, or with ``token_embeddings`` the ``(plans, n, D)``
+        states of the batch's ``n`` text tokens, row after row, and each row's count of them. On CUDA the
+        batch is built on the host in pinned memory and what the layout needs is read there: the device work
+        is only queued. :func:`nosink.models.encoding.pooled_batches` brings the results to the host.
+        """
         device = self.parts.embed_tokens.weight.device
         pinned = device.type == "cuda"
         ids, attn, text_mask = _texts.pad(
@@ -990,21 +860,3 @@ class EncoderFromDecoder(nn.Module):
     def extra_repr(self) -> str:
         exit_layer = "" if self.exit_layer is None else f", exit_layer={self.exit_layer}"
         return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}{exit_layer}"
-
-    def to_sentence_transformer(self, prompts: dict[str, str] | None = None, **kwargs: Any) -> Any:
-        """This encoder as a ``sentence_transformers.SentenceTransformer`` (needs the ``st`` extra).
-
-        See :func:`nosink.models.st.to_sentence_transformer`: ``model.encode(texts, prompt_name=name)``
-        equals ``self.encode(texts, instruction=prompts[name])``, and ``model.save(folder)`` writes a
-        sentence-transformers folder.
-
-        Args:
-            prompts: prompt name -> prompt, put verbatim before the text.
-            **kwargs: ``pooling``, ``normalize``, ``default_prompt_name``, ``max_seq_length``, ...
-
-        Raises:
-            ImportError: if sentence-transformers is not installed.
-        """
-        from .st import to_sentence_transformer
-
-        return to_sentence_transformer(self, prompts, **kwargs)

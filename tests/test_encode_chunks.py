@@ -32,7 +32,7 @@ def test_the_batch_step_reads_nothing_back_from_the_device(family, fast, pack, s
     encoder = make(family, fast_attention=fast, pack_padding=pack)
     tokens = _texts.tokenize(encoder.tokenizer, ["the cat sat on the mat", "a dog", ""], sink=encoder.sink_ids())
     encoder.to("meta")  # a host read of a meta tensor raises: none may happen between padding and pooling
-    out, counts = encoder._encode_batch(tokens, [0, 1, 2], [encoder.plan], pooling, side, token_embeddings)
+    out, counts = encoder.encode_batch(tokens, [0, 1, 2], [encoder.plan], pooling, side, token_embeddings)
     assert out.device.type == "meta"
     assert out.shape == (1, sum(counts), 32) if token_embeddings else (1, 3, 32)
     assert counts == ([len(t) for t in tokens.text_ids] if token_embeddings else None)

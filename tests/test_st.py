@@ -128,7 +128,7 @@ def test_similarity_normalize_and_token_embeddings():
 
 def test_the_model_runs_the_decoders_own_tensors():
     encoder = make()
-    model = encoder.to_sentence_transformer(PROMPTS)
+    model = to_sentence_transformer(encoder, PROMPTS)
     decoder_ptrs = {p.data_ptr() for p in encoder.decoder.parameters()}
     assert {p.data_ptr() for p in model.parameters()} == decoder_ptrs
     assert nosink.to_sentence_transformer is to_sentence_transformer
