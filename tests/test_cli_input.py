@@ -463,3 +463,22 @@ def test_ctrl_c_is_one_line_and_exit_130(saved, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(nosink.EncoderFromDecoder, "from_pretrained", interrupted)
     assert main(["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.npy")]) == 130
     assert one_error_line(capsys.readouterr().err) == "nosink: error: interrupted\n"
+
+
+def test_an_unreachable_hub_is_one_line_without_an_escaped_line_break(tmp_path, monkeypatch, capsys):
+    import transformers
+
+    def offline(*args, **kwargs):  # what transformers raises with HF_HUB_OFFLINE=1 or no network: two lines
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet.")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", offline)
+    argv = ["encode", "some-org/some-unknown", "--spec", "F*", "--text", "hi", "-o", str(tmp_path / "v.npy")]
+    assert main(argv) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert "to load the files. Check your internet." in err and "\\n" not in err
+    from nosink.models.loading import load_config
+
+    with pytest.raises(OSError) as info:
+        load_config("some-org/some-unknown")
+    assert "\\n" not in str(info.value) and "\n" not in str(info.value)
+
