@@ -9,7 +9,7 @@ from typing import Any
 
 from nosink.checks import count_arg
 from nosink.cli.args import EXIT_HELP, MODEL_HELP, POOLINGS, Parser, exit_layer
-from nosink.cli.inputs import model_path
+from nosink.cli.inputs import model_path, saved_encoder
 
 
 def add_parser(commands: Any) -> None:
@@ -59,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
     from nosink.models.corpus import encode_corpus, local_device
 
     device = local_device()
+    path = model_path(args.model)
+    saved_encoder(path, args.spec)
     encoder = EncoderFromDecoder.from_pretrained(
-        model_path(args.model), spec=args.spec, dtype=args.model_dtype, device=device, exit_layer=args.exit_layer
+        path, spec=args.spec, dtype=args.model_dtype, device=device, exit_layer=args.exit_layer
     )
     summary = encode_corpus(
         encoder, args.input, args.out, text_field=args.text_field, id_field=args.id_field,

@@ -8,7 +8,7 @@ from typing import Any
 
 from nosink.checks import count_arg, printable
 from nosink.cli.args import EXIT_HELP, MODEL_HELP, POOLINGS, Parser, UsageError, exit_layer, template, template_help
-from nosink.cli.inputs import model_path, texts_of
+from nosink.cli.inputs import model_path, saved_encoder, texts_of
 
 _FORMATS = {".npy": "npy", ".safetensors": "safetensors"}
 
@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("nothing to encode; give --text or --file")
     output: Path = args.output
     fmt = output_format(output)
-    encoder = EncoderFromDecoder.from_pretrained(model_path(args.model), spec=args.spec, exit_layer=args.exit_layer)
+    path = model_path(args.model)
+    saved_encoder(path, args.spec)  # a plain decoder without --spec: said in the command line's words
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec, exit_layer=args.exit_layer)
     vectors = encoder.encode(
         texts,
         instruction=args.instruction,

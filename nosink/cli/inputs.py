@@ -15,6 +15,8 @@ from typing import Any
 from nosink.checks import printable
 from nosink.cli.args import DATA_ENV
 
+EXAMPLE_SPEC = "F* | M0B*4"  # the spec a "give --spec" message suggests
+
 
 def lines_of(name: str) -> list[str]:
     """The lines of a texts file; ``-`` is standard input (``./-`` is a file of that name), as in Unix tools."""
@@ -84,6 +86,23 @@ def model_path(name: str) -> str:
         reason = printable(str(err).strip().splitlines()[0]) if str(err).strip() else type(err).__name__
         raise OSError(f"no model folder at {shown}, and no hub model of that name ({reason})") from err
     return name
+
+
+def saved_encoder(path: str, spec: str | None) -> dict[str, Any] | None:
+    """The ``nosink.json`` of ``path`` when it is a folder written by ``save_pretrained``, else ``None``.
+
+    Raises:
+        ValueError: when ``spec`` is ``None`` and ``path`` is not a saved encoder (a plain decoder needs
+            ``--spec``); said here in the command line's words, not the Python API's ``spec=``.
+        OSError: for a ``nosink.json`` that does not read.
+    """
+    from nosink.models.loading import local_folder, read_saved
+
+    folder = local_folder(path)
+    saved = read_saved(folder) if folder is not None else None
+    if spec is None and saved is None:
+        raise ValueError(f"{printable(path)} is a plain decoder: give --spec, e.g. --spec '{EXAMPLE_SPEC}'")
+    return saved
 
 
 def is_baseline(name: str) -> bool:

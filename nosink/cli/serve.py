@@ -12,7 +12,7 @@ from typing import Any
 
 from nosink.checks import count_arg, printable
 from nosink.cli.args import Parser, positive_float
-from nosink.cli.inputs import model_path
+from nosink.cli.inputs import EXAMPLE_SPEC, model_path, saved_encoder
 
 API_KEY_ENV = "NOSINK_API_KEY"  # the API key of `nosink serve` when --api-key is not given
 
@@ -27,8 +27,8 @@ def add_parser(commands: Any) -> None:
 
 
 def _arguments(p: Parser) -> None:
-    p.add_argument("model", help="hub id, local folder, or 'demo'")
-    p.add_argument("--spec", required=True, help='layer spec of the embeddings, e.g. "F* | M0B*10"')
+    p.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    p.add_argument("--spec", help=f"layer spec of the embeddings, e.g. '{EXAMPLE_SPEC}'; optional for a saved encoder")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port to listen on, 1 to 65535")
     p.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
     key = api_key(args.api_key, os.environ.get(API_KEY_ENV))
     path = model_path(args.model)
+    saved = saved_encoder(path, args.spec)  # a saved encoder's nosink.json holds its spec (and sink token)
+    spec = args.spec if args.spec is not None else saved["spec"]
+    sink_token = saved.get("sink_token", "auto") if saved is not None else "auto"
     sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
     try:
         model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
@@ -99,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
                         batch_size=args.batch_size, header_timeout_s=args.header_timeout,
                         body_timeout_s=args.body_timeout, max_connections=args.max_connections,
                         max_connections_per_client=args.max_connections_per_client)  # fmt: skip
-        app = create_app(model, tokenizer, args.spec, name=args.name, chat=not args.no_chat, prompts=prompts,
-                         api_key=key, limits=limits)  # fmt: skip
+        app = create_app(model, tokenizer, spec, name=args.name, chat=not args.no_chat, prompts=prompts,
+                         api_key=key, limits=limits, sink_token=sink_token)  # fmt: skip
         what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 
