@@ -13,7 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "numpy", "nosink.models", "nosink.layerspec", "nosink.evals")
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["eval", "--help"], ["plan", "--help"], ["serve", "--help"]])
+QUICK = [
+    ["--help"],
+    ["eval", "--help"],
+    ["plan", "--help"],
+    ["serve", "--help"],
+    ["encode", "--help"],
+    ["eval", "mteb", "-h"],
+    ["eval", "ner", "-h"],
+    ["inspect", "-h"],
+    ["encode-corpus", "-h"],
+]
+
+
+@pytest.mark.parametrize("argv", QUICK)
 def test_help_imports_neither_torch_nor_transformers(argv):
     code = (
         "import sys\n"
@@ -28,6 +41,13 @@ def test_help_imports_neither_torch_nor_transformers(argv):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_template_names_in_the_help_are_the_librarys_presets():
+    from nosink.cli.args import TEMPLATES
+    from nosink.models.templates import PRESETS
+
+    assert TEMPLATES == tuple(PRESETS)
 
 
 def test_the_package_names_come_on_first_use():

@@ -127,11 +127,10 @@ def template(text: str) -> str:
         ) from None
 
 
-def template_help() -> str:
-    """``--template``'s help, naming the presets (it imports the library: call it from a parser's ``arguments``)."""
-    from nosink.models.templates import PRESETS
-
-    return f"a prompt template preset: {', '.join(PRESETS)}"
+# The names of nosink.models.templates.PRESETS, for --template's help without importing torch (a test keeps
+# them equal); the type above checks a given name against the library's own table.
+TEMPLATES = ("PromptEOL", "PretendedCoT", "KnowledgeEnhancement", "MetaEOL", "Echo")
+TEMPLATE_HELP = f"a prompt template preset: {', '.join(TEMPLATES)}"
 
 
 def exit_layer(text: str) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nosink.checks import count_arg, printable
-from nosink.cli.args import EXIT_HELP, MODEL_HELP, POOLINGS, Parser, UsageError, exit_layer, template, template_help
+from nosink.cli.args import EXIT_HELP, MODEL_HELP, POOLINGS, TEMPLATE_HELP, Parser, UsageError, exit_layer, template
 from nosink.cli.inputs import model_path, saved_encoder, texts_of
 
 _FORMATS = {".npy": "npy", ".safetensors": "safetensors"}
@@ -33,7 +33,7 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--batch-size", type=count_arg(), default=32, help="texts per forward pass")
     p.add_argument("--max-length", type=count_arg(), default=512, help="tokens per text; longer texts are cut")
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
-    p.add_argument("--template", type=template, help=template_help() + " (it decides which tokens are pooled)")
+    p.add_argument("--template", type=template, help=TEMPLATE_HELP + " (it decides which tokens are pooled)")
     p.add_argument("--exit-layer", type=exit_layer, metavar="M", help=EXIT_HELP)
 
 

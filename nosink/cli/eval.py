@@ -14,12 +14,12 @@ from nosink.cli.args import (
     DATA_ENV,
     EXIT_HELP,
     MODEL_HELP,
+    TEMPLATE_HELP,
     Parser,
     UsageError,
     exit_layer,
     positive_float,
     template,
-    template_help,
 )
 from nosink.cli.inputs import data_folder, is_baseline, model_path, refuse_for_baseline
 
@@ -151,7 +151,7 @@ def _mteb_arguments(p: Parser) -> None:
     p.add_argument("--batch-size", type=count_arg(), default=32, help="texts per forward pass")
     p.add_argument("--out", type=Path, default=Path("results/mteb"), help="folder for mteb's result files")
     p.add_argument("--overwrite", action="store_true", help="re-run tasks whose results are already in --out")
-    p.add_argument("--template", type=template, help=template_help() + "; not for encoder baselines")
+    p.add_argument("--template", type=template, help=TEMPLATE_HELP + "; not for encoder baselines")
     p.add_argument("--exit-layer", type=exit_layer, metavar="M", help=EXIT_HELP + "; not for encoder baselines")
 
 
