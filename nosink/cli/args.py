@@ -28,6 +28,7 @@ class HelpFormatter(argparse.HelpFormatter):
     """An option's default after its help, unless the help names one (or the default is nothing)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
+        # The hook argparse's own ArgumentDefaultsHelpFormatter overrides; that one also shows "None" and "False".
         help = action.help or ""
         default = action.default
         if (
@@ -52,8 +53,8 @@ class Parser(argparse.ArgumentParser):
 
     Args:
         arguments: adds the parser's arguments; called once, before the first parse or help text, so that
-            a command whose arguments need the library (template names, the demo's spec) costs nothing
-            until it is asked for.
+            a command whose arguments need the library (the demo's spec, the study's options) costs
+            nothing until it is asked for.
         check: called with what this parser parsed; a :class:`UsageError` from it is argparse's usage
             error (the usage, the message, exit status 2).
     """
