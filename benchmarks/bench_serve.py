@@ -140,10 +140,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="offline and served rounds alternate this many times")
     args = p.parse_args()
 
-    from nosink.cli import _model_path
+    from nosink.cli.inputs import model_path
     from nosink.serve import load_model
 
-    path = _model_path(args.model)
+    path = model_path(args.model)
     texts = corpus(max(args.offline_texts, 512))
     threads = torch.get_num_threads()
     load_before = os.getloadavg()[0]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import random
 import sys
 import time
@@ -1746,15 +1745,15 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
 
     Args:
         parser: the parser (or subparser) to add them to; :func:`run` takes what it parses.
-        data_env: an environment variable whose value, when set, is ``--data``'s default (else it is required).
+        data_env: an environment variable that names the data folder when ``--data`` is not given (the caller
+            reads it after parsing); without one, ``--data`` is required.
     """
     from nosink.models.weights import MODELS
 
-    data_default = (os.environ.get(data_env) or None) if data_env else None
     where = f"; default: ${data_env}" if data_env else ""
     parser.add_argument("model", help=f"a decoder (a folder, a hub id, or {', '.join(MODELS)}), or a baseline's "
                         "name (all-MiniLM-L6-v2, all-mpnet-base-v2)")  # fmt: skip
-    parser.add_argument("--data", required=data_default is None, default=data_default,
+    parser.add_argument("--data", required=data_env is None,
                         help="the folder holding stsb/, sts17/, banking77/, emotion/, massive_intent/, nfcorpus/, "
                         f"scifact/, conll2003/{where}")  # fmt: skip
     parser.add_argument("--out", required=True, help="the folder for the JSON files (one per task)")

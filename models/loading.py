@@ -500,7 +500,7 @@ def load_config(name_or_path: str | os.PathLike[str], **hf_kwargs: Any) -> Any:
         # ValueError: huggingface_hub's check of the id's form
         raise OSError(
             f"{file} is not a local folder, and as a hub model id it could not be loaded: "
-            f"{printable(str(err))}{interrupted_save(Path(os.path.expanduser(source)))}"
+            f"{printable(' '.join(str(err).split()))}{interrupted_save(Path(os.path.expanduser(source)))}"
         ) from None
     except (StrictDataclassError, KeyError, AttributeError, TypeError, ArithmeticError, AssertionError) as err:
         # a field of a bad type or value (a count of 0 divides by zero in transformers' own checks)

@@ -199,10 +199,10 @@ def command_problems(cmd: str, depth: int = 30) -> list[str]:
     import shlex
 
     from nosink import SpecError, parse_spec
-    from nosink.cli import _parser
+    from nosink.cli import build_parser
 
     try:
-        args = _parser().parse_args(shlex.split(cmd)[1:])
+        args = build_parser().parse_args(shlex.split(cmd)[1:])
     except SystemExit:
         return [f"{cmd!r} does not parse with the current command line"]
     out = []

@@ -463,3 +463,37 @@ def test_ctrl_c_is_one_line_and_exit_130(saved, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(nosink.EncoderFromDecoder, "from_pretrained", interrupted)
     assert main(["encode", str(saved), "--text", "a", "-o", str(tmp_path / "v.npy")]) == 130
     assert one_error_line(capsys.readouterr().err) == "nosink: error: interrupted\n"
+
+
+def test_an_unreachable_hub_is_one_line_without_an_escaped_line_break(tmp_path, monkeypatch, capsys):
+    import transformers
+
+    def offline(*args, **kwargs):  # what transformers raises with HF_HUB_OFFLINE=1 or no network: two lines
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet.")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", offline)
+    argv = ["encode", "some-org/some-unknown", "--spec", "F*", "--text", "hi", "-o", str(tmp_path / "v.npy")]
+    assert main(argv) == 1
+    err = one_error_line(capsys.readouterr().err)
+    assert "to load the files. Check your internet." in err and "\\n" not in err
+    from nosink.models.loading import load_config
+
+    with pytest.raises(OSError) as info:
+        load_config("some-org/some-unknown")
+    assert "\\n" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_plain_decoder_without_spec_is_asked_for_spec_in_the_command_lines_words(tmp_path, capsys):
+    folder = tmp_path / "plain"
+    tiny_decoder("llama").save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    capsys.readouterr()
+    encode = ["encode", str(folder), "--text", "hello", "-o", str(tmp_path / "v.npy")]
+    corpus = ["encode-corpus", str(folder), "--input", str(tmp_path / "t.txt"), "--out", str(tmp_path / "o")]
+    for command in (encode, corpus):
+        assert main(command) == 1
+        err = one_error_line(capsys.readouterr().err)
+        assert f"{folder} is a plain decoder: give --spec, e.g. --spec 'F* | M0B*4'" in err and "spec=" not in err
+    assert not (tmp_path / "v.npy").exists() and not (tmp_path / "o").exists()
+    with pytest.raises(ValueError, match=r"give a spec, e\.g\. spec='F\* \| M0B\*4'"):  # Python keeps its words
+        EncoderFromDecoder.from_pretrained(folder)

@@ -1065,6 +1065,27 @@ def test_cli_serve_says_whether_an_api_key_is_required(tmp_path, capsys, monkeyp
     assert _errors(capsys.readouterr().err)[-1].endswith("(API key required)")
 
 
+def test_cli_serve_reads_a_saved_encoders_spec_and_asks_a_plain_model_for_one(tmp_path, capsys, monkeypatch):
+    from nosink import EncoderFromDecoder
+    from nosink.cli import main
+
+    served = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    lm, tok = tiny_chat_model()
+    EncoderFromDecoder(lm.model, "F* | B", tok, sink_token="<s>").save_pretrained(tmp_path / "enc")
+    assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--port", str(_free_port())]) == 0
+    encoder = served[-1].state.encoder
+    assert str(encoder.spec) == "F* | B" and encoder.sink_token == "<s>"  # nosink.json's spec and sink token
+    assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--spec", SPEC, "--port", str(_free_port())]) == 0
+    assert str(served[-1].state.encoder.spec) == SPEC  # --spec wins over the saved one
+    folder = _saved_chat_model(tmp_path / "m")
+    capsys.readouterr()
+    assert main(["serve", str(folder), "--port", str(_free_port())]) == 1
+    err = _errors(capsys.readouterr().err)
+    assert err == [f"nosink: error: {folder} is a plain decoder: give --spec, e.g. --spec 'F* | M0B*4'"], err
+    assert len(served) == 2
+
+
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
     from nosink.cli import main
 

@@ -1,0 +1,117 @@
+"""``nosink serve``: chat and embeddings from one copy of the weights over OpenAI's HTTP API.
+
+The parser and the handler; the server itself is :mod:`nosink.serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from nosink.checks import count_arg, printable
+from nosink.cli.args import Parser, positive_float
+from nosink.cli.inputs import EXAMPLE_SPEC, model_path, saved_encoder
+
+API_KEY_ENV = "NOSINK_API_KEY"  # the API key of `nosink serve` when --api-key is not given
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser(
+        "serve",
+        help="serve chat and embeddings from one copy of the weights (OpenAI-compatible HTTP)",
+        arguments=_arguments,
+    )
+    p.set_defaults(handler=run)
+
+
+def _arguments(p: Parser) -> None:
+    p.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
+    p.add_argument("--spec", help=f"layer spec of the embeddings, e.g. '{EXAMPLE_SPEC}'; optional for a saved encoder")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_port, default=8000, help="port to listen on, 1 to 65535")
+    p.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    p.add_argument("--no-chat", action="store_true", help="serve embeddings only (loads no LM head)")
+    p.add_argument("--name", help="model id clients send (default: the last part of the hub id or folder)")
+    p.add_argument("--prompts", nargs="+", default=[], metavar="NAME=TEXT",
+                   help="named embedding instructions, chosen per request by prompt_name (\\n: newline)")  # fmt: skip
+    p.add_argument("--dtype", default=None, help="weights' dtype (float32, bfloat16, ...; default: the checkpoint's)")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.add_argument("--max-inputs", type=count_arg(), default=256, help="texts per embeddings request")
+    p.add_argument("--max-tokens-per-text", type=count_arg(), default=512,
+                   help="tokens per text, sink and prompt included")  # fmt: skip
+    p.add_argument("--batch-size", type=count_arg(), default=8,
+                   help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+    p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
+                   help="time for a request's headers, else 408 and the connection closed")  # fmt: skip
+    p.add_argument("--body-timeout", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="time for a request's body after its headers, else 408")  # fmt: skip
+    p.add_argument("--max-connections-per-client", type=count_arg(), default=64,
+                   help="open connections from one IP address, more are refused with 503")  # fmt: skip
+    p.add_argument("--max-connections", type=count_arg(), default=512,
+                   help="open connections in all, more are refused with 503")  # fmt: skip
+
+
+def _port(text: str) -> int:
+    """An argparse ``type`` for ``--port``: an integer from 1 to 65535, refused at parse time."""
+    value = count_arg()(text)  # an integer, positive (positive_int)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {value}")
+    return value
+
+
+def api_key(given: str | None, env: str | None) -> str | None:
+    """The key ``nosink serve`` requires: ``--api-key``, else ``$NOSINK_API_KEY``, else None (no key).
+
+    An empty or blank key is refused, never read as "no key": it is what an unset shell variable gives
+    (``--api-key "$KEY"``), and serving without authentication must be asked for by giving no key at all.
+    """
+    for value, where, fix in (
+        (given, "--api-key", "give the key, or leave --api-key out to serve without one"),
+        (env, f"${API_KEY_ENV}", "set it to the key, or unset it to serve without one"),
+    ):
+        if value is not None:
+            if not value.strip():
+                raise ValueError(f"{where} is empty (an unset shell variable?): {fix}")
+            from nosink.serve import check_api_key
+
+            return check_api_key(value, where)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from nosink.serve import Limits, bind, create_app, load_model
+    from nosink.serve import run as serve
+
+    prompts = {}
+    for item in args.prompts:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--prompts takes NAME=TEXT, got {printable(repr(item))}")
+        prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
+    key = api_key(args.api_key, os.environ.get(API_KEY_ENV))
+    path = model_path(args.model)
+    saved = saved_encoder(path, args.spec)  # a saved encoder's nosink.json holds its spec (and sink token)
+    spec = args.spec if args.spec is not None else saved["spec"]
+    sink_token = saved.get("sink_token", "auto") if saved is not None else "auto"
+    sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
+    try:
+        model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
+        limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
+                        batch_size=args.batch_size, header_timeout_s=args.header_timeout,
+                        body_timeout_s=args.body_timeout, max_connections=args.max_connections,
+                        max_connections_per_client=args.max_connections_per_client)  # fmt: skip
+        app = create_app(model, tokenizer, spec, name=args.name, chat=not args.no_chat, prompts=prompts,
+                         api_key=key, limits=limits, sink_token=sink_token)  # fmt: skip
+        what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"
+        access = "API key required" if key else "no API key: anyone who can reach the port can use it"
+
+        def started(url: str) -> None:
+            print(f"serving {what} on {url}/v1 ({access})", file=sys.stderr)
+
+        serve(app, host=args.host, port=args.port, sockets=sockets, on_started=started)
+    finally:
+        for sock in sockets:  # serve() closes them once served; here if it never ran
+            sock.close()
+    return 0
