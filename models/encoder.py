@@ -20,6 +20,7 @@ from nosink.checks import positive_int, printable
 from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.masks import relative_positions
 
+from . import batching as _batching
 from . import texts as _texts
 from .attention import Layout, Packed, Route, fast_route
 from .families import DecoderParts
@@ -841,7 +842,7 @@ class EncoderFromDecoder(nn.Module):
         # tokenized a chunk at a time while the GPU runs the chunks before, and sorted by length within each chunk;
         # elsewhere all texts are tokenized first and sorted together (padding costs there).
         overlap = self._tokenizes_in_chunks(device)
-        chunks = _texts.Chunks(
+        chunks = _batching.Chunks(
             self.tokenizer, texts, instruction, sink=self.sink_ids(), max_length=opts.max_length, template=template,
             first=opts.batch_size if overlap else None,
             size=opts.batch_size * ENCODE_CHUNK_BATCHES if overlap else None, prefetch=overlap,
@@ -873,7 +874,7 @@ class EncoderFromDecoder(nn.Module):
         with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:
             for chunk in chunks:
                 for tokens in chunk.prompts:
-                    for idx in _texts.batches(tokens.lengths, opts.batch_size):
+                    for idx in _batching.batches(tokens.lengths, opts.batch_size):
                         out, counts = self._encode_batch(tokens, idx, plans, opts.pooling, opts.padding_side,
                                                          token_output)  # fmt: skip
                         index = torch.tensor(idx, dtype=torch.long) + chunk.start
@@ -959,8 +960,8 @@ class EncoderFromDecoder(nn.Module):
         # real tokens lie, which tokens are text) is read on the host: the only device work is queued.
         device = self.parts.embed_tokens.weight.device
         pinned = device.type == "cuda"
-        ids, attn, text_mask = _texts.pad(
-            tokens, rows, _texts.pad_id(self.tokenizer), padding_side, pin_memory=pinned
+        ids, attn, text_mask = _batching.pad(
+            tokens, rows, _batching.pad_id(self.tokenizer), padding_side, pin_memory=pinned
         )  # (B, T) each, on the host
         lengths = attn.sum(-1).tolist()
         front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix

@@ -36,6 +36,7 @@ from sentence_transformers.base.modules import InputModule, Module, Normalize
 
 from nosink.checks import positive_int, printable
 
+from . import batching as _batching
 from . import texts as _texts
 from .encoder import EncoderFromDecoder
 from .loading import read_json, write_encoder_files
@@ -66,8 +67,8 @@ def _tokenize_batch(
         ValueError: if the sink token and prompt leave no room for text within ``max_length``.
     """
     tokens = _texts.tokenize(encoder.tokenizer, texts, prompt, sink=encoder.sink_ids(), max_length=max_length)
-    _texts.warn_about(tokens, max_length, caller="SentenceTransformer.encode()")
-    return _texts.pad(tokens, range(len(texts)), _texts.pad_id(encoder.tokenizer), padding_side)
+    _batching.warn_about(tokens, max_length, caller="SentenceTransformer.encode()")
+    return _batching.pad(tokens, range(len(texts)), _batching.pad_id(encoder.tokenizer), padding_side)
 
 
 class NosinkTransformer(InputModule):
