@@ -24,8 +24,8 @@ from . import batching as _batching
 from . import texts as _texts
 from .attention import Layout, Packed, Route, fast_route
 from .families import DecoderParts
-from .loading import check_sink_token
 from .pooling import POOLINGS, Pooling, pool
+from .saved import check_sink_token
 from .templates import as_template
 from .texts import Template
 from .weights import resolve_model
@@ -327,18 +327,10 @@ class EncoderFromDecoder(nn.Module):
         """
         from nosink.layerspec import SpecError
 
+        from .configs import check_dtype
         from .families import check_attention, family_of
-        from .loading import (
-            SAVED_FILE,
-            check_dtype,
-            check_saved,
-            check_weights,
-            load_config,
-            load_model,
-            load_tokenizer,
-            local_folder,
-            read_saved,
-        )
+        from .loading import load_config, load_model, load_tokenizer, local_folder
+        from .saved import SAVED_FILE, check_saved, check_weights, read_saved
 
         # Everything that can be checked without weights is checked first: the arguments, that the folder
         # exists, the spec, the family, the depth, the weight files.
@@ -402,7 +394,7 @@ class EncoderFromDecoder(nn.Module):
         old one (a tokenizer the new encoder lacks) do not survive.
 
         A save killed part-way (``kill -9``) leaves a hidden ``.NAME.tmp-*`` sibling behind; the next save
-        to the same folder removes it, and logs that it did (see :func:`nosink.models.loading.replacing`).
+        to the same folder removes it, and logs that it did (see :func:`nosink.models.saved.replacing`).
 
         Raises:
             FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder,
@@ -412,7 +404,7 @@ class EncoderFromDecoder(nn.Module):
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
                 (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """
-        from .loading import save_encoder
+        from .saved import save_encoder
 
         if self.exit_layer is not None:
             raise ValueError(

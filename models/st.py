@@ -38,10 +38,11 @@ from nosink.checks import positive_int, printable
 
 from . import batching as _batching
 from . import texts as _texts
+from .configs import read_json
 from .encoder import EncoderFromDecoder
-from .loading import read_json, write_encoder_files
 from .mteb_meta import mteb_meta
 from .pooling import POOLINGS, Pooling, pool
+from .saved import write_encoder_files
 
 __all__ = [
     "NosinkPooling",

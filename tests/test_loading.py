@@ -535,7 +535,7 @@ def test_a_save_killed_while_writing_leaves_a_partial_copy_that_the_next_save_re
     (partial,) = _others(folder)
     assert re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial) and (tmp_path / partial / "model.safetensors").is_file()
     _assert_same(EncoderFromDecoder.from_pretrained(folder), old)  # the folder itself is untouched
-    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+    with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
         _new().save_pretrained(folder)
     assert _others(folder) == []
     assert f"removed {tmp_path / partial} (a partial copy a killed save left)" in caplog.text
@@ -562,7 +562,7 @@ def test_a_save_killed_between_its_renames_says_where_the_old_encoder_is(tmp_pat
     _killed_save(folder, "renames")  # again, and this time save over it instead of restoring
     leftovers = _others(folder)
     assert len(leftovers) == 2 and not folder.exists()  # the new copy and the old one (the first kill's copy went)
-    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+    with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
         _new().save_pretrained(folder)
     assert _others(folder) == []
     for name in leftovers:
@@ -591,7 +591,7 @@ def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds
     held = os.open(live, os.O_RDONLY)  # as a save that is writing it holds it
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
             _new().save_pretrained(folder)
     finally:
         os.close(held)
@@ -601,12 +601,12 @@ def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds
 
 
 def test_a_save_leaves_leftovers_made_after_it_began(tmp_path, monkeypatch):
-    import nosink.models.loading as loading
+    import nosink.models.saved as saved
 
     folder, stale = tmp_path / "enc", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
     _old().save_pretrained(folder)
     stale.mkdir()
-    monkeypatch.setattr(loading.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
+    monkeypatch.setattr(saved.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
     _new().save_pretrained(folder)
     monkeypatch.undo()
     assert _others(folder) == [stale.name]
