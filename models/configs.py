@@ -1,12 +1,13 @@
 """Checks of a model's config.json and the JSON files beside it, before transformers builds anything from them.
 
 transformers accepts some config values and then fails deep inside a model's constructor, or builds a model
-that is silently wrong; these checks refuse them with an error naming the file and the key.
+that is silently wrong (a NaN norm epsilon); these checks refuse them with an error naming the file and the key.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,8 @@ def check_config(config: Any, file: str) -> None:
 
     Raises:
         OSError: naming the file, the field and its value: an activation or a rope type transformers does not
-            know, a sliding window that is not a positive integer.
+            know, a sliding window that is not a positive integer, a norm epsilon that is not a positive finite
+            number (a NaN one would load and give NaN vectors).
     """
     from transformers.activations import ACT2FN
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -93,6 +95,10 @@ def check_config(config: Any, file: str) -> None:
                 f"{file}: {name} {printable(repr(act))} is not an activation transformers knows "
                 f"(e.g. 'silu', 'gelu_pytorch_tanh'); {REPAIR}"
             )
+    for name in _EPS_KEYS:
+        eps = getattr(config, name, None)
+        if eps is not None and not _positive_finite(eps):
+            raise OSError(f"{file}: {name} {printable(repr(eps))} is not a positive finite number; {REPAIR}")
     window = getattr(config, "sliding_window", None)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise OSError(f"{file}: sliding_window {printable(repr(window))} is not a positive integer or null; {REPAIR}")
@@ -106,3 +112,11 @@ def check_config(config: Any, file: str) -> None:
                 f"{file}: rope_parameters has rope_type {printable(repr(kind))}, which transformers does not know "
                 f"({', '.join(['default', *sorted(ROPE_INIT_FUNCTIONS)])}); {REPAIR}"
             )
+
+
+# The names transformers' configs give a norm's epsilon.
+_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps")
+
+
+def _positive_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

@@ -744,6 +744,10 @@ CONFIG_PROBLEMS = {
     "no model_type": ({"model_type": None}, r"config\.json does not load: .*model_type"),
     "no heads": ({"num_attention_heads": 0}, r"config\.json does not load: ZeroDivisionError"),
     "window": ({"sliding_window": -1}, r"config\.json: sliding_window -1 is not a positive integer or null"),
+    "eps nan": ({"rms_norm_eps": float("nan")}, r"config\.json: rms_norm_eps nan is not a positive finite number"),
+    "eps inf": ({"rms_norm_eps": float("inf")}, r"config\.json: rms_norm_eps inf is not a positive finite number"),
+    "eps < 0": ({"rms_norm_eps": -1e-6}, r"config\.json: rms_norm_eps -1e-06 is not a positive finite number"),
+    "eps 0": ({"rms_norm_eps": 0.0}, r"config\.json: rms_norm_eps 0\.0 is not a positive finite number"),
 }
 
 
@@ -762,6 +766,18 @@ def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_w
     (folder / "model.safetensors").write_bytes(b"")  # so that reaching the weights would be another error
     with pytest.raises(OSError, match=re.escape(str(folder)) + ".*" + message):
         EncoderFromDecoder.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("name", ["rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"])
+@pytest.mark.parametrize("eps", [float("nan"), float("-inf"), -1.0, 0.0, "1e-6", True])
+def test_every_norm_epsilon_of_a_config_must_be_a_positive_finite_number(name, eps):
+    from types import SimpleNamespace
+
+    from nosink.models.configs import check_config
+
+    check_config(SimpleNamespace(**{name: 1e-5}), "config.json")
+    with pytest.raises(OSError, match=rf"^config\.json: {name} .* is not a positive finite number; re-download"):
+        check_config(SimpleNamespace(**{name: eps}), "config.json")
 
 
 # Values that transformers' config accepts and the model's constructor then fails on.
