@@ -355,7 +355,7 @@ def tokenize_framed(
 ) -> Tokenized:
     """:func:`tokenize`, given the tokenizer's output for ``how.strings(texts)`` when ``encoded`` is not ``None``.
 
-    Without ``keep_offsets``, an instruction or a template, no offsets are read or kept (``offsets`` is ``None``).
+    With ``keep_offsets=False`` and neither an instruction nor a template, offsets are neither read nor kept.
 
     Raises:
         TypeError: as :func:`tokenize`.
