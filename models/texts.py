@@ -236,8 +236,7 @@ def read_lines(path: str | Path, data: bytes | None = None) -> list[str]:
     Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
     that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
     ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
-    newline does not start another line. The CLI's text files and the evaluations' line-based data
-    files are read with it.
+    newline does not start another line.
 
     Raises:
         OSError: if the file cannot be read.
