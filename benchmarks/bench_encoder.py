@@ -256,6 +256,7 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
     """encode() sentences/s against the forward alone on the same pre-tokenized batches (issue 13, item 2)."""
     from transformers import AutoTokenizer
 
+    from nosink.models import batching as _batching
     from nosink.models import texts as _texts
 
     if not args.tokenizer:
@@ -277,9 +278,9 @@ def encode_vs_forward(args: argparse.Namespace) -> None:
         for pack in (None, True):
             encoder = EncoderFromDecoder(model, spec, tokenizer, pack_padding=pack)
             tokens = _texts.tokenize(tokenizer, texts, None, sink=encoder.sink_ids(), max_length=512)
-            groups = _texts.batches(tokens.lengths, args.batch)
-            pad_id = _texts.pad_id(tokenizer)
-            padded = [_texts.pad(tokens, rows, pad_id) for rows in groups]
+            groups = _batching.batches(tokens.lengths, args.batch)
+            pad_id = _batching.pad_id(tokenizer)
+            padded = [_batching.pad(tokens, rows, pad_id) for rows in groups]
             on_device = [(p.input_ids.to(args.device), p.attention_mask.to(args.device)) for p in padded]
 
             def forward_alone(on_device=on_device, encoder=encoder):

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from nosink.models.loading import load_stock, replacing
+from nosink.models.loading import load_stock
+from nosink.models.saved import replacing
 from nosink.models.weights import Wheel, cache_dir, fetch_wheels
 
 __all__ = ["BASELINES", "TokenFeatures", "baseline_folder"]

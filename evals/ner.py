@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 
 from nosink import EncoderFromDecoder, Spec
 from nosink.layerspec import Plan
-from nosink.models.texts import batches, first_tokens, join_words, pad, pad_id, read_lines, tokenize
+from nosink.models.batching import batches, pad, pad_id
+from nosink.models.texts import first_tokens, join_words, read_lines, tokenize
 
 __all__ = [
     "NERConfig",

@@ -9,9 +9,10 @@
 from . import presets
 from .errors import SpecError
 from .grammar import as_spec, parse_spec
+from .items import Block, Kind, Segment
 from .masks import additive_mask, build_mask, predicate, relative_positions
 from .plan import MAIN, Fork, LayerStep, Merge, Plan, Step, resolve
-from .spec import Block, Kind, Segment, Spec
+from .spec import Spec
 
 __all__ = [
     "MAIN",

@@ -20,9 +20,9 @@ from html import escape
 import torch
 
 from .grammar import parse_spec
+from .items import Kind
 from .masks import build_mask
 from .plan import MAIN, Fork, LayerStep, Merge, Plan
-from .spec import Kind
 
 __all__ = ["kind_colour", "mask_svg", "plan_svg"]
 

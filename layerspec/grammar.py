@@ -35,7 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import SpecError
-from .spec import Block, Item, Kind, Segment, Spec, check_count, check_in_block, check_items, check_sink
+from .items import Block, Item, Kind, Segment, check_count, check_in_block, check_sink
+from .spec import Spec, check_items
 
 __all__ = ["as_spec", "parse_spec"]
 

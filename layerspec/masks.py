@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from .spec import Kind
+from .items import Kind
 
 __all__ = ["Predicate", "additive_mask", "build_mask", "predicate", "relative_positions"]
 

@@ -43,12 +43,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from nosink.checks import positive_int
 
 from .errors import SpecError
-from .spec import Block, Kind, Segment, Spec
+from .items import Block, Kind, Segment
+
+if TYPE_CHECKING:
+    from .spec import Spec
 
 __all__ = ["MAIN", "MAX_DEPTH", "STEPS_PER_LAYER", "Fork", "LayerStep", "Merge", "Plan", "Role", "Step", "resolve"]
 

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from nosink.checks import positive_int
 
 from .errors import SpecError
-from .spec import Block, Kind, Segment, Spec
+from .items import Block, Kind, Segment
+from .spec import Spec
 
 __all__ = [
     "PRESETS",

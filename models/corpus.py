@@ -65,6 +65,7 @@ from tqdm.auto import tqdm
 
 from nosink.checks import positive_int, printable
 
+from . import batching as _batching
 from . import texts as _texts
 from .pooling import POOLINGS
 
@@ -982,7 +983,7 @@ def _encode_rows(job: _Job, shard: _Shard, progress: _Progress) -> tuple[_ShardF
                        [rows[i].row for i in keep], ids)  # fmt: skip
     try:
         lengths = tokens.lengths
-        for group in _texts.batches([lengths[i] for i in keep], job.batch_size):
+        for group in _batching.batches([lengths[i] for i in keep], job.batch_size):
             progress.check()
             idx = [keep[j] for j in group]
             pooled = encoder.encode_tokens(tokens, idx, specs=[job.plan], pooling=job.pooling)[job.plan.name]  # (B, D)

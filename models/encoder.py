@@ -16,12 +16,13 @@ from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
 from nosink.layerspec.masks import relative_positions
 
+from . import batching as _batching
 from . import texts as _texts
 from .attention import Layout, Packed, Route, fast_route
 from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
-from .loading import check_sink_token
 from .pooling import Pooling, pool
+from .saved import check_sink_token
 from .texts import Template
 from .weights import resolve_model
 
@@ -257,18 +258,10 @@ class EncoderFromDecoder(nn.Module):
         """
         from nosink.layerspec import SpecError
 
+        from .configs import check_dtype
         from .families import check_attention, family_of
-        from .loading import (
-            SAVED_FILE,
-            check_dtype,
-            check_saved,
-            check_weights,
-            load_config,
-            load_model,
-            load_tokenizer,
-            local_folder,
-            read_saved,
-        )
+        from .loading import load_config, load_model, load_tokenizer, local_folder
+        from .saved import SAVED_FILE, check_saved, check_weights, read_saved
 
         # Everything that can be checked without weights is checked first: the arguments, that the folder
         # exists, the spec, the family, the depth, the weight files.
@@ -332,7 +325,7 @@ class EncoderFromDecoder(nn.Module):
         old one (a tokenizer the new encoder lacks) do not survive.
 
         A save killed part-way (``kill -9``) leaves a hidden ``.NAME.tmp-*`` sibling behind; the next save
-        to the same folder removes it, and logs that it did (see :func:`nosink.models.loading.replacing`).
+        to the same folder removes it, and logs that it did (see :func:`nosink.models.saved.replacing`).
 
         Raises:
             FileExistsError: if ``directory`` is a file, a non-empty folder that is not a saved encoder,
@@ -342,7 +335,7 @@ class EncoderFromDecoder(nn.Module):
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
                 (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """
-        from .loading import save_encoder
+        from .saved import save_encoder
 
         if self.exit_layer is not None:
             raise ValueError(
@@ -829,8 +822,8 @@ class EncoderFromDecoder(nn.Module):
         """
         device = self.parts.embed_tokens.weight.device
         pinned = device.type == "cuda"
-        ids, attn, text_mask = _texts.pad(
-            tokens, rows, _texts.pad_id(self.tokenizer), padding_side, pin_memory=pinned
+        ids, attn, text_mask = _batching.pad(
+            tokens, rows, _batching.pad_id(self.tokenizer), padding_side, pin_memory=pinned
         )  # (B, T) each, on the host
         lengths = attn.sum(-1).tolist()
         front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from nosink.checks import positive_int, printable
 from nosink.layerspec import Plan
 
+from . import batching as _batching
 from . import texts as _texts
 from .pooling import POOLINGS, Pooling
 from .templates import as_template
@@ -162,7 +163,7 @@ def encode_texts(
     texts, single = _texts.check_texts(sentences)
     template = opts.template
     prompts = len(template.formats) if template is not None else 1
-    chunks = _texts.Chunks(
+    chunks = _batching.Chunks(
         encoder.tokenizer, texts, instruction, sink=encoder.sink_ids(), max_length=opts.max_length, template=template,
         first=opts.batch_size if chunked else None,
         size=opts.batch_size * ENCODE_CHUNK_BATCHES if chunked else None, prefetch=chunked,
@@ -179,7 +180,7 @@ def encode_texts(
     def work() -> Iterator[tuple[_texts.Tokenized, list[int], torch.Tensor]]:
         for chunk in chunks:
             for tokens in chunk.prompts:
-                for rows in _texts.batches(tokens.lengths, opts.batch_size):
+                for rows in _batching.batches(tokens.lengths, opts.batch_size):
                     yield tokens, rows, torch.tensor(rows, dtype=torch.long) + chunk.start
 
     with tqdm(total=total, desc="encode", disable=not show, unit="batch") as bar:

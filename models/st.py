@@ -36,11 +36,13 @@ from sentence_transformers.base.modules import InputModule, Module, Normalize
 
 from nosink.checks import positive_int, printable
 
+from . import batching as _batching
 from . import texts as _texts
+from .configs import read_json
 from .encoder import EncoderFromDecoder
-from .loading import read_json, write_encoder_files
 from .mteb_meta import mteb_meta
 from .pooling import POOLINGS, Pooling, pool
+from .saved import write_encoder_files
 
 __all__ = [
     "NosinkPooling",
@@ -66,8 +68,8 @@ def _tokenize_batch(
         ValueError: if the sink token and prompt leave no room for text within ``max_length``.
     """
     tokens = _texts.tokenize(encoder.tokenizer, texts, prompt, sink=encoder.sink_ids(), max_length=max_length)
-    _texts.warn_about(tokens, max_length, caller="SentenceTransformer.encode()")
-    return _texts.pad(tokens, range(len(texts)), _texts.pad_id(encoder.tokenizer), padding_side)
+    _batching.warn_about(tokens, max_length, caller="SentenceTransformer.encode()")
+    return _batching.pad(tokens, range(len(texts)), _batching.pad_id(encoder.tokenizer), padding_side)
 
 
 class NosinkTransformer(InputModule):

@@ -1,8 +1,8 @@
-"""The text pipeline: texts -> token ids -> length-sorted, padded batches -> the masks pooling reads.
+"""Texts -> token ids, each row cut into a prefix, the pooled tokens and a suffix.
 
 Every consumer of raw text goes through here (:meth:`EncoderFromDecoder.encode`, the NER probe, the
-attention-sink diagnostics), so the sink token, the instruction split, truncation, batching and
-padding are decided in one place.
+attention-sink diagnostics), so the sink token, the instruction split and truncation are decided in
+one place; :mod:`nosink.models.batching` pads and batches the rows.
 
 An input is ``[sink token] + instruction + text``. The instruction and the text are tokenized together,
 as the model reads them (apart, a prompt ending in a space would leave a lone space token), in one batch
@@ -14,51 +14,33 @@ the input becomes ``[sink token] + instruction + prompt``, still tokenized in on
 is cut in three, *prefix* + *pooled tokens* + *suffix*: the pooled tokens are those of one copy of
 the text (``target="text"``, a token reaching into that copy counts as pooled) or the prompt's last
 token (``target="last"``). Only the middle part is pooled.
-
->>> tokens = Tokenized(prefix_ids=[[1, 9], [1, 9]], text_ids=[[5, 6, 7], [8]])
->>> ids, attention, text = pad(tokens, [1, 0], pad_id=0, side="left")
->>> ids.tolist()
-[[0, 0, 1, 9, 8], [1, 9, 5, 6, 7]]
->>> text.int().tolist()
-[[0, 0, 0, 0, 1], [0, 0, 1, 1, 1]]
->>> batches(tokens.lengths, batch_size=1)
-[[0], [1]]
 """
 
 from __future__ import annotations
 
 import math
-import sys
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-import torch
-
 from nosink.checks import positive_int, printable
+
+from .tokenizer_backend import Encoded, encode_fast
 
 __all__ = [
     "TEXT",
-    "Chunk",
-    "Chunks",
-    "Padded",
+    "Framing",
     "Template",
     "Tokenized",
-    "batches",
     "check_texts",
     "check_unicode",
     "first_tokens",
     "join_words",
-    "pad",
-    "pad_id",
     "read_lines",
     "sink_ids",
     "tokenize",
-    "warn_about",
+    "tokenize_framed",
 ]
 
 
@@ -191,14 +173,6 @@ class Tokenized:
         return [i for i, t in enumerate(self.text_ids) if not t]
 
 
-class Padded(NamedTuple):
-    """One padded batch; unpacks as ``ids, attention_mask, text_mask``."""
-
-    input_ids: torch.Tensor  # (B, T) long, pad_id where there is no token
-    attention_mask: torch.Tensor  # (B, T) long, 1 for real tokens
-    text_mask: torch.Tensor  # (B, T) bool, true on the text tokens (what pooling reads)
-
-
 def check_texts(sentences: Any, name: str = "sentences") -> tuple[list[str], bool]:
     """``(texts, single)``: the texts as a list, and whether one string was given rather than a list.
 
@@ -262,8 +236,7 @@ def read_lines(path: str | Path, data: bytes | None = None) -> list[str]:
     Lines end at ``\\n`` only (one ``\\r`` before it is dropped, for Windows files); other characters
     that Python's ``splitlines()`` breaks on (U+2028, form feed, ``\\x1c``-``\\x1e``, ``\\x85``, a lone
     ``\\r``) stay inside their line. A UTF-8 byte-order mark at the start is dropped, and a final
-    newline does not start another line. The CLI's text files and the evaluations' line-based data
-    files are read with it.
+    newline does not start another line.
 
     Raises:
         OSError: if the file cannot be read.
@@ -311,14 +284,6 @@ def sink_ids(tokenizer: Any, sink_token: str = "auto") -> list[int]:
     return [tokenizer.bos_token_id]
 
 
-def pad_id(tokenizer: Any) -> int:
-    """The id that fills padding: the tokenizer's pad token, else its EOS token, else 0 (it is never attended)."""
-    for value in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if value is not None:
-            return int(value)
-    return 0
-
-
 def tokenize(
     tokenizer: Any,
     texts: Sequence[str],
@@ -357,19 +322,16 @@ def tokenize(
         ValueError: for a ``max_length`` that is not a positive integer, or one that the sink token and
             the instruction (and the template) fill, leaving a non-empty text no token.
     """
-    return _tokenize(tokenizer, texts, _Input(instruction, sink, max_length, template, target, copy))
+    return tokenize_framed(tokenizer, texts, Framing(instruction, sink, max_length, template, target, copy))
 
 
 # An empty row, shared by the rows that have no prefix tokens (never changed in place: rows are cut by slicing).
 _NO_IDS: list[Any] = []
 
-# A fast tokenizer's output for a list of strings: each one's token ids and their (start, end) characters.
-_Encoded = tuple[list[list[int]], list[list[tuple[int, int]]]]
 
+class Framing(NamedTuple):
+    """How each input is built around its text: :func:`tokenize`'s arguments but the tokenizer and the texts."""
 
-class _Input(NamedTuple):
-    # How each input is built around its text: tokenize()'s arguments but the tokenizer and the texts (Chunks builds
-    # one per template prompt and tokenizes every chunk with it).
     instruction: str | None
     sink: Sequence[int]
     max_length: int | None
@@ -377,17 +339,27 @@ class _Input(NamedTuple):
     target: TemplateTarget = "text"
     copy: int = 1
 
+    def strings(self, texts: Sequence[str]) -> list[str]:
+        """What a fast tokenizer reads for each text: the instruction, then the text or the prompt around it."""
+        parts = None if self.template is None else self.template.split(TEXT)
+        return _strings(texts, self.instruction or "", parts)
 
-def _tokenize(
+
+def tokenize_framed(
     tokenizer: Any,
     texts: Sequence[str],
-    how: _Input,
-    encoded: _Encoded | None = None,
+    how: Framing,
+    encoded: Encoded | None = None,
     keep_offsets: bool = True,
 ) -> Tokenized:
-    # tokenize(), given what _encode() returns for _strings(texts, instruction, template) when `encoded` is not
-    # None (Chunks tokenizes ahead in a thread). Without `keep_offsets` and without an instruction or a template, the
-    # text tokens' character offsets are neither read nor kept (Tokenized.offsets is None): encode() needs none.
+    """:func:`tokenize`, given the tokenizer's output for ``how.strings(texts)`` when ``encoded`` is not ``None``.
+
+    With ``keep_offsets=False`` and neither an instruction nor a template, offsets are neither read nor kept.
+
+    Raises:
+        TypeError: as :func:`tokenize`.
+        ValueError: as :func:`tokenize`.
+    """
     instruction, sink, max_length, template, target, copy = how
     if instruction is not None and not isinstance(instruction, str):
         raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
@@ -405,9 +377,9 @@ def _tokenize(
     # No special tokens: the sink token is added once, here.
     if fast:
         n = len(instruction)
-        lead = not keep_offsets and n == 0  # only the leading empty spans are needed (see _read)
+        lead = not keep_offsets and n == 0  # only the leading empty spans are needed (see read_encodings)
         all_ids, all_spans = (
-            encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, None), lead)
+            encoded if encoded is not None else encode_fast(tokenizer, _strings(texts, instruction, None), lead)
         )
         heads, bodies = [], []
         offsets: list[list[tuple[int, int]]] | None = None if lead else []
@@ -451,149 +423,6 @@ def _tokenize(
     return Tokenized(prefixes, bodies, offsets, truncated)
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """Texts ``start`` to ``start + len(prompts[0]) - 1`` of a call, tokenized once per prompt of its template."""
-
-    start: int  # the index of the chunk's first text among the call's texts
-    prompts: list[Tokenized]  # one per template prompt (one without a template); indices within the chunk
-
-
-class Chunks:
-    """The texts of one call tokenized a chunk at a time, each chunk under every prompt of its template.
-
-    Iterating gives :class:`Chunk` values in order: the first holds ``first`` texts, each next one twice as
-    many as the one before, up to ``size`` (all texts in one chunk by default). Each chunk is tokenized only
-    when the iteration reaches it (or, with ``prefetch``, while the one before is used), so a caller can run
-    the batches of one chunk on a GPU while the next is tokenized. Each chunk goes through
-    :func:`tokenize` as it is; what the whole call adds:
-
-    - the truncation and empty-text warnings of :func:`warn_about` come once for all the texts, when the
-      last chunk has been tokenized (with one chunk: before the iteration yields it, as :func:`tokenize`
-      followed by :func:`warn_about` would);
-    - an error of :func:`tokenize` is the one that tokenizing all the texts at once would raise (the same
-      text index, the same count of texts affected), whichever chunk meets it first.
-
-    Args:
-        tokenizer: as for :func:`tokenize`.
-        texts: as for :func:`tokenize`.
-        instruction: as for :func:`tokenize`.
-        sink: as for :func:`tokenize`.
-        max_length: as for :func:`tokenize`.
-        template: a :class:`Template` (each of its prompts tokenizes every chunk), or ``None``.
-        first: the first chunk's number of texts; ``None``: ``size``.
-        size: the most texts a chunk holds; ``None``: all of them.
-        caller: who the warnings name.
-        prefetch: with a fast tokenizer, tokenize the next chunk in a thread while the caller works on this one
-            (the tokenizer's Rust code runs beside Python; turning ids into rows stays on the caller's thread).
-            The chunks are the same either way.
-        offsets: keep the text tokens' character offsets (:attr:`Tokenized.offsets`); without them (and without
-            an instruction or a template, which need them to split rows), they are not even read.
-    """
-
-    def __init__(
-        self,
-        tokenizer: Any,
-        texts: Sequence[str],
-        instruction: str | None = None,
-        *,
-        sink: Sequence[int] = (),
-        max_length: int | None = None,
-        template: Template | None = None,
-        first: int | None = None,
-        size: int | None = None,
-        caller: str = "encode()",
-        prefetch: bool = False,
-        offsets: bool = True,
-    ) -> None:
-        self.tokenizer, self.texts, self.instruction = tokenizer, list(texts), instruction
-        self.prefetch, self.offsets = prefetch, offsets
-        self.sink, self.max_length, self.caller = list(sink), max_length, caller
-        self.inputs = (
-            [
-                _Input(instruction, self.sink, max_length, f, template.target, template.copy or 1)
-                for f in template.formats
-            ]
-            if template is not None
-            else [_Input(instruction, self.sink, max_length)]
-        )
-        n = len(self.texts)
-        size = max(n, 1) if size is None else positive_int(size, "size")
-        first = size if first is None else positive_int(first, "first")
-        self.bounds: list[tuple[int, int]] = []
-        start, step = 0, min(first, size)
-        while start < n:
-            stop = min(n, start + step)
-            self.bounds.append((start, stop))
-            start, step = stop, min(2 * step, size)
-
-    @property
-    def sizes(self) -> list[int]:
-        """Each chunk's number of texts."""
-        return [stop - start for start, stop in self.bounds]
-
-    def __len__(self) -> int:
-        return len(self.bounds)
-
-    def __iter__(self) -> Iterator[Chunk]:
-        truncated: set[int] = set()
-        empty: list[int] = []
-        pool = ThreadPoolExecutor(1, thread_name_prefix="nosink-tokenize") if self._prefetches() else None
-        coming: Future[list[list[Any]]] | None = None
-        try:
-            for k, (start, stop) in enumerate(self.bounds):
-                encoded, coming = coming, None
-                if pool is not None and k + 1 < len(self.bounds):
-                    coming = pool.submit(self._encode_chunk, *self.bounds[k + 1])  # while this chunk is used
-                prompts = self._tokenize(start, stop, encoded)
-                truncated.update(start + i for tokens in prompts for i in tokens.truncated)
-                empty.extend(start + i for i in prompts[0].empty)
-                if k == len(self.bounds) - 1:
-                    _warn(sorted(truncated), empty, len(self.texts), self.max_length, self.caller)
-                yield Chunk(start, prompts)
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-
-    def _prefetches(self) -> bool:
-        # Tokenizing ahead pays where the tokenizer's Rust backend does the work (see _encode).
-        return self.prefetch and len(self.bounds) > 1 and _backend(self.tokenizer) is not None
-
-    def _encode_chunk(self, start: int, stop: int) -> list[list[Any]]:
-        # The backend's Encoding objects for texts start..stop under each prompt: the Rust part of _encode, which
-        # lets go of Python's lock. Turning them into lists (_read) is left to the caller's thread, so that this
-        # thread never holds the lock while the caller launches work on the GPU.
-        backend, instruction = _backend(self.tokenizer), self.instruction or ""
-        texts = self.texts[start:stop]
-        return [
-            backend.encode_batch(
-                _strings(texts, instruction, None if f is None else f.split(TEXT)), add_special_tokens=False
-            )
-            for f in (how.template for how in self.inputs)
-        ]
-
-    def _read_chunk(self, encodings: list[list[Any]]) -> list[_Encoded]:
-        # _encode_chunk's output as lists, on the caller's thread (offsets only as far as _tokenize reads them).
-        lead = not self.offsets and not self.instruction
-        return [_read(e, lead and how.template is None) for e, how in zip(encodings, self.inputs, strict=True)]
-
-    def _tokenize(self, start: int, stop: int, encoded: Future[list[list[Any]]] | None = None) -> list[Tokenized]:
-        try:
-            read = self._read_chunk(encoded.result()) if encoded is not None else None
-            return self._prompts(self.texts[start:stop], read)
-        except (TypeError, ValueError) as err:
-            failed = err
-        if (start, stop) != (0, len(self.texts)):
-            self._prompts(self.texts)  # raises the whole call's error: its index and count, not the chunk's
-        raise failed
-
-    def _prompts(self, texts: list[str], encoded: list[_Encoded] | None = None) -> list[Tokenized]:
-        return [
-            _tokenize(self.tokenizer, texts, how, encoded[i] if encoded is not None else None, self.offsets)
-            for i, how in enumerate(self.inputs)
-        ]
-
-
 def _tokenize_template(
     tokenizer: Any,
     texts: Sequence[str],
@@ -603,7 +432,7 @@ def _tokenize_template(
     template: str,
     target: str,
     copy: int,
-    encoded: _Encoded | None = None,
+    encoded: Encoded | None = None,
 ) -> Tokenized:
     # One prompt of a Template. Fast tokenizers read instruction + prompt in one piece and the row is cut
     # by character offsets; slow ones tokenize the pieces apart (as the echo embeddings code does).
@@ -661,9 +490,9 @@ _Row = tuple[list[int], tuple[int, int], list[tuple[int, int]]]
 
 
 def _template_row_fast(
-    tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int, encoded: _Encoded | None = None
+    tokenizer: Any, texts: list[str], instruction: str, parts: list[str], which: int, encoded: Encoded | None = None
 ) -> list[_Row]:
-    all_ids, all_spans = encoded if encoded is not None else _encode(tokenizer, _strings(texts, instruction, parts))
+    all_ids, all_spans = encoded if encoded is not None else encode_fast(tokenizer, _strings(texts, instruction, parts))
     rows = []
     for text, ids, spans in zip(texts, all_ids, all_spans, strict=True):
         start = len(instruction) + sum(len(p) for p in parts[: which + 1]) + which * len(text)
@@ -746,94 +575,6 @@ def _strings(texts: Sequence[str], instruction: str, parts: Sequence[str] | None
     return [instruction + text.join(parts) for text in texts]
 
 
-def _encode(tokenizer: Any, strings: list[str], lead: bool = False) -> _Encoded:
-    # A fast tokenizer's ids and character offsets for each string, no special tokens added: what
-    # tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True) gives, read straight from its Rust
-    # backend where that is the same thing (see _backend): reading ids and offsets off the backend's output costs a
-    # fraction of what transformers' conversion of it does. With `lead`, see _read.
-    backend = _backend(tokenizer)
-    if backend is None:
-        enc = tokenizer(strings, add_special_tokens=False, return_offsets_mapping=True)
-        return enc["input_ids"], enc["offset_mapping"]
-    return _read(backend.encode_batch(strings, add_special_tokens=False), lead)
-
-
-def _read(encodings: list[Any], lead: bool = False) -> _Encoded:
-    # The ids and offsets of the backend's Encoding objects, as Python lists. With `lead`, each row's offsets stop
-    # at its first token with a non-empty span: the (0, 0) spans before it are all that splitting off the prefix of
-    # an input without an instruction reads, and making a million offset tuples costs the host time and the garbage
-    # collector work. (Offsets never decrease along a row, so no (0, 0) span comes after a non-empty one.)
-    ids = [e.ids for e in encodings]
-    if not lead:
-        return ids, [e.offsets for e in encodings]
-    empty = (0, 0)
-    spans = []
-    for e, row in zip(encodings, ids, strict=True):
-        k = 0
-        while k < len(row) and e.token_to_chars(k) == empty:
-            k += 1
-        spans.append([empty] * k if k else _NO_IDS)
-    return ids, spans
-
-
-def _backend(tokenizer: Any) -> Any:
-    # The `tokenizers` object under a transformers fast tokenizer whose call goes straight to it: its class keeps
-    # transformers' own __call__ and _encode_plus, and the backend is set as that call would set it (no truncation,
-    # no padding, special tokens split or not as the tokenizer says). None otherwise: then the tokenizer is called.
-    try:
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-    except ImportError:  # pragma: no cover - a transformers without that module
-        return None
-    if not isinstance(tokenizer, TokenizersBackend):
-        return None
-    cls = type(tokenizer)
-    if any(getattr(cls, name) is not getattr(TokenizersBackend, name) for name in ("__call__", "_encode_plus")):
-        return None
-    backend = tokenizer.backend_tokenizer
-    split = bool(getattr(tokenizer, "split_special_tokens", False))
-    if backend.truncation is not None or backend.padding is not None or backend.encode_special_tokens != split:
-        return None
-    return backend
-
-
-def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Input indices in batches of at most ``batch_size``, longest inputs first (the least padding).
-
-    Raises:
-        ValueError: if ``batch_size`` is not a positive integer.
-    """
-    positive_int(batch_size, "batch_size")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep input order
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def pad(
-    tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right", *, pin_memory: bool = False
-) -> Padded:
-    """The inputs ``rows`` of ``tokens`` as one padded batch, padded on ``side`` (``right`` or ``left``).
-
-    An all-empty batch still has one (padding) column. With ``pin_memory`` the tensors are in pinned
-    (page-locked) memory, so that copies to a GPU with ``non_blocking=True`` do not wait for it.
-
-    Raises:
-        ValueError: for a ``side`` other than ``right`` or ``left``.
-    """
-    if side not in ("right", "left"):
-        raise ValueError(f"padding side must be 'right' or 'left', got {printable(repr(side))}")
-    prefix = torch.tensor([len(tokens.prefix_ids[i]) for i in rows], dtype=torch.long)  # (B,)
-    text_end = prefix + torch.tensor([len(tokens.text_ids[i]) for i in rows], dtype=torch.long)  # (B,)
-    length = text_end + torch.tensor([len(tokens.suffix(i)) for i in rows], dtype=torch.long)  # (B,)
-    width = max(1, int(length.max())) if len(rows) else 1
-    start = torch.zeros_like(length) if side == "right" else width - length  # (B,) first real column
-    place = torch.arange(width)[None, :] - start[:, None]  # (B, T) index within the row's tokens
-    real = (place >= 0) & (place < length[:, None])  # (B, T)
-    flat = list(chain.from_iterable(tokens.prefix_ids[i] + tokens.text_ids[i] + tokens.suffix(i) for i in rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    ids[real] = torch.tensor(flat, dtype=torch.long)  # row-major order: each row's tokens, in order
-    out = Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
-    return Padded(*(t.pin_memory() for t in out)) if pin_memory else out
-
-
 def join_words(words: Sequence[str]) -> tuple[str, list[tuple[int, int]]]:
     """Words joined by single spaces, and each word's ``(start, end)`` characters in the result.
 
@@ -863,50 +604,3 @@ def first_tokens(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, 
             t += 1
         first.append(t if t < len(offsets) and offsets[t][0] < end else None)
     return first
-
-
-def warn_about(tokens: Tokenized, max_length: int | None, caller: str = "encode()") -> None:
-    """One ``UserWarning`` for the texts cut to ``max_length`` and one for the texts without tokens, if any.
-
-    Each names how many texts it concerns (and the first few indices); nothing is said per text.
-    """
-    _warn(tokens.truncated, tokens.empty, len(tokens), max_length, caller)
-
-
-def _warn(truncated: list[int], empty: list[int], n: int, max_length: int | None, caller: str) -> None:
-    level = _stacklevel()
-    if truncated:
-        cut = _texts(truncated, n, "was", "were")
-        warnings.warn(
-            f"{caller}: {cut} cut to max_length={max_length} tokens, sink token and instruction included "
-            f"({_indices(truncated)}); raise max_length to keep more of them",
-            UserWarning,
-            stacklevel=level,
-        )
-    if empty:
-        some = _texts(empty, n, "has", "have")
-        warnings.warn(
-            f"{caller}: {some} no tokens ({_indices(empty)}); a text without tokens gets a zero vector, "
-            "also with normalize_embeddings=True",
-            UserWarning,
-            stacklevel=level,
-        )
-
-
-def _texts(indices: list[int], total: int, singular: str, plural: str) -> str:
-    return f"{len(indices)} of {total} texts {singular if len(indices) == 1 else plural}"
-
-
-def _indices(indices: list[int], shown: int = 5) -> str:
-    head = ", ".join(map(str, indices[:shown]))
-    more = ", ..." if len(indices) > shown else ""
-    return f"index {head}" if len(indices) == 1 else f"indices {head}{more}"
-
-
-def _stacklevel() -> int:
-    # Point a warning at the caller's line, past every frame of nosink.models (encode() -> encode_specs() -> here).
-    here = Path(__file__).parent
-    frame, level = sys._getframe(1), 1
-    while frame is not None and Path(frame.f_code.co_filename).parent == here:
-        frame, level = frame.f_back, level + 1
-    return level

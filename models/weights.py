@@ -33,7 +33,8 @@ from pathlib import Path
 from nosink.checks import printable
 
 from .families import make_serializable
-from .loading import load_stock, replacing
+from .loading import load_stock
+from .saved import replacing
 
 __all__ = [
     "DEMO_MODEL",

@@ -13,6 +13,7 @@ import pytest
 from tiny import WORDS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
+from nosink.models import batching as _batching
 from nosink.models import texts as _texts
 
 # 23 texts from 1 to 23 words (one empty), in a shuffled order: encode() with batches of 2 makes chunks of 2, 4, 8
@@ -42,7 +43,7 @@ def test_the_device_check_catches_a_host_read():
     # The check above means something: the public forward on a device batch reads the row lengths back.
     encoder = make(fast_attention=True, pack_padding=True)
     tokens = _texts.tokenize(encoder.tokenizer, ["the cat sat on the mat", "a dog"], sink=encoder.sink_ids())
-    ids, attention, _ = _texts.pad(tokens, [0, 1], 0)
+    ids, attention, _ = _batching.pad(tokens, [0, 1], 0)
     encoder.to("meta")
     with pytest.raises((RuntimeError, NotImplementedError)):
         encoder.forward_specs(ids.to("meta"), attention.to("meta"), [encoder.plan])
@@ -94,7 +95,7 @@ def test_tokenizing_in_chunks_gives_the_same_results_and_warnings(monkeypatch, k
 def test_chunks_join_up_to_the_whole_tokenization():
     tokenizer = tiny_tokenizer(True)
     whole = _texts.tokenize(tokenizer, TEXTS, "Represent this: ", sink=[1], max_length=12)
-    chunks = _texts.Chunks(tokenizer, TEXTS, "Represent this: ", sink=[1], max_length=12, first=2, size=8)
+    chunks = _batching.Chunks(tokenizer, TEXTS, "Represent this: ", sink=[1], max_length=12, first=2, size=8)
     assert chunks.sizes == [2, 4, 8, 8, 1]  # doubling from first up to size
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -115,5 +116,5 @@ def test_an_error_in_a_later_chunk_is_the_whole_calls_error():
     with pytest.raises(ValueError, match=r"text 2 .* \(3 of 5 texts affected\)") as whole:
         _texts.tokenize(tokenizer, texts, instruction, sink=[1], max_length=full)
     with pytest.raises(ValueError) as chunked:
-        list(_texts.Chunks(tokenizer, texts, instruction, sink=[1], max_length=full, first=1, size=1))
+        list(_batching.Chunks(tokenizer, texts, instruction, sink=[1], max_length=full, first=1, size=1))
     assert str(chunked.value) == str(whole.value)

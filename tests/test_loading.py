@@ -535,7 +535,7 @@ def test_a_save_killed_while_writing_leaves_a_partial_copy_that_the_next_save_re
     (partial,) = _others(folder)
     assert re.fullmatch(r"\.enc\.tmp-[0-9a-f]{12}", partial) and (tmp_path / partial / "model.safetensors").is_file()
     _assert_same(EncoderFromDecoder.from_pretrained(folder), old)  # the folder itself is untouched
-    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+    with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
         _new().save_pretrained(folder)
     assert _others(folder) == []
     assert f"removed {tmp_path / partial} (a partial copy a killed save left)" in caplog.text
@@ -562,7 +562,7 @@ def test_a_save_killed_between_its_renames_says_where_the_old_encoder_is(tmp_pat
     _killed_save(folder, "renames")  # again, and this time save over it instead of restoring
     leftovers = _others(folder)
     assert len(leftovers) == 2 and not folder.exists()  # the new copy and the old one (the first kill's copy went)
-    with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+    with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
         _new().save_pretrained(folder)
     assert _others(folder) == []
     for name in leftovers:
@@ -591,7 +591,7 @@ def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds
     held = os.open(live, os.O_RDONLY)  # as a save that is writing it holds it
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with caplog.at_level(logging.WARNING, logger="nosink.models.loading"):
+        with caplog.at_level(logging.WARNING, logger="nosink.models.saved"):
             _new().save_pretrained(folder)
     finally:
         os.close(held)
@@ -601,12 +601,12 @@ def test_a_save_removes_only_leftovers_of_its_own_folder_that_no_live_save_holds
 
 
 def test_a_save_leaves_leftovers_made_after_it_began(tmp_path, monkeypatch):
-    import nosink.models.loading as loading
+    import nosink.models.saved as saved
 
     folder, stale = tmp_path / "enc", tmp_path / ".enc.tmp-bbbbbbbbbbbb"
     _old().save_pretrained(folder)
     stale.mkdir()
-    monkeypatch.setattr(loading.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
+    monkeypatch.setattr(saved.time, "time", lambda: 0.0)  # this save "began" before the sibling was made
     _new().save_pretrained(folder)
     monkeypatch.undo()
     assert _others(folder) == [stale.name]
@@ -744,6 +744,10 @@ CONFIG_PROBLEMS = {
     "no model_type": ({"model_type": None}, r"config\.json does not load: .*model_type"),
     "no heads": ({"num_attention_heads": 0}, r"config\.json does not load: ZeroDivisionError"),
     "window": ({"sliding_window": -1}, r"config\.json: sliding_window -1 is not a positive integer or null"),
+    "eps nan": ({"rms_norm_eps": float("nan")}, r"config\.json: rms_norm_eps nan is not a positive finite number"),
+    "eps inf": ({"rms_norm_eps": float("inf")}, r"config\.json: rms_norm_eps inf is not a positive finite number"),
+    "eps < 0": ({"rms_norm_eps": -1e-6}, r"config\.json: rms_norm_eps -1e-06 is not a positive finite number"),
+    "eps 0": ({"rms_norm_eps": 0.0}, r"config\.json: rms_norm_eps 0\.0 is not a positive finite number"),
 }
 
 
@@ -762,6 +766,18 @@ def test_a_bad_config_value_is_an_oserror_naming_the_file_and_field_before_any_w
     (folder / "model.safetensors").write_bytes(b"")  # so that reaching the weights would be another error
     with pytest.raises(OSError, match=re.escape(str(folder)) + ".*" + message):
         EncoderFromDecoder.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("name", ["rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"])
+@pytest.mark.parametrize("eps", [float("nan"), float("-inf"), -1.0, 0.0, "1e-6", True])
+def test_every_norm_epsilon_of_a_config_must_be_a_positive_finite_number(name, eps):
+    from types import SimpleNamespace
+
+    from nosink.models.configs import check_config
+
+    check_config(SimpleNamespace(**{name: 1e-5}), "config.json")
+    with pytest.raises(OSError, match=rf"^config\.json: {name} .* is not a positive finite number; re-download"):
+        check_config(SimpleNamespace(**{name: eps}), "config.json")
 
 
 # Values that transformers' config accepts and the model's constructor then fails on.

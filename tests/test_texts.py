@@ -1,4 +1,4 @@
-"""The text pipeline (nosink.models.texts) and what encode() does with awkward texts."""
+"""The text pipeline (nosink.models.texts and batching) and what encode() does with awkward texts."""
 
 import re
 import warnings
@@ -11,18 +11,8 @@ from hypothesis import strategies as st
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
-from nosink.models.texts import (
-    Template,
-    Tokenized,
-    batches,
-    check_texts,
-    first_tokens,
-    join_words,
-    pad,
-    pad_id,
-    sink_ids,
-    tokenize,
-)
+from nosink.models.batching import batches, pad, pad_id
+from nosink.models.texts import Template, Tokenized, check_texts, first_tokens, join_words, sink_ids, tokenize
 
 
 def make(spec="F* | M0B*2", **kwargs):

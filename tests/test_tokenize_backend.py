@@ -1,6 +1,6 @@
 """The text pipeline reads a fast tokenizer's Rust backend directly, and tokenizes the next chunk in a thread.
 
-``texts._encode`` must give exactly what ``tokenizer(strings, add_special_tokens=False,
+``tokenizer_backend.encode_fast`` must give exactly what ``tokenizer(strings, add_special_tokens=False,
 return_offsets_mapping=True)`` gives (ids and character offsets), and fall back to that call wherever the
 backend is not set as that call would set it; ``Chunks(prefetch=True)`` must give the chunks, warnings and
 errors of ``Chunks(prefetch=False)``.
@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from tiny import WORDS, tiny_tokenizer
 
+from nosink.models import batching as _batching
 from nosink.models import texts as _texts
+from nosink.models import tokenizer_backend as _backend
 from nosink.models.loading import load_tokenizer
 
 TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range((i * 5) % 23)) for i in range(23)]
@@ -26,7 +28,7 @@ def called(tokenizer, strings):
 
 
 def read(tokenizer, strings):
-    ids, spans = _texts._encode(tokenizer, strings)
+    ids, spans = _backend.encode_fast(tokenizer, strings)
     return [list(i) for i in ids], [[tuple(s) for s in row] for row in spans]
 
 
@@ -44,32 +46,32 @@ text = st.lists(st.one_of(st.sampled_from(SPECIAL + WORDS), st.text(max_size=6))
 @given(strings=st.lists(text, min_size=1, max_size=6))
 @example(strings=["", " ", "<|endoftext|>hello<|im_start|>", "\n\n  spaced  ", "e\u0301 🙂"])
 def test_the_backend_gives_what_the_tokenizer_call_gives(smollm2_tokenizer, strings):
-    assert _texts._backend(smollm2_tokenizer) is not None  # the direct route is the one tested
+    assert _backend.rust_backend(smollm2_tokenizer) is not None  # the direct route is the one tested
     assert read(smollm2_tokenizer, strings) == called(smollm2_tokenizer, strings)
 
 
 @given(strings=st.lists(text, min_size=1, max_size=6))
 def test_the_backend_gives_what_the_call_gives_for_a_word_level_tokenizer(strings):
     tokenizer = tiny_tokenizer(True)
-    assert _texts._backend(tokenizer) is not None
+    assert _backend.rust_backend(tokenizer) is not None
     assert read(tokenizer, strings) == called(tokenizer, strings)
 
 
 def test_a_backend_set_to_truncate_is_not_read_directly():
     tokenizer = tiny_tokenizer(True)
     tokenizer.backend_tokenizer.enable_truncation(2)  # as a tokenizer.json with "truncation" set would load
-    assert _texts._backend(tokenizer) is None
+    assert _backend.rust_backend(tokenizer) is None
     strings = ["the cat sat on the mat", "a dog"]
     ids, _ = read(tokenizer, strings)
     assert [len(i) for i in ids] == [6, 2]  # not cut: the tokenizer's own call turned truncation off
-    assert _texts._backend(tokenizer) is not None  # and from then on the backend is read directly
+    assert _backend.rust_backend(tokenizer) is not None  # and from then on the backend is read directly
     assert read(tokenizer, strings) == called(tokenizer, strings)
 
 
 def test_split_special_tokens_is_honoured():
     tokenizer = tiny_tokenizer(True)
     tokenizer.split_special_tokens = True  # "<s>" in a text is then two or more tokens, not the BOS token
-    assert _texts._backend(tokenizer) is None  # the backend still reads special tokens whole
+    assert _backend.rust_backend(tokenizer) is None  # the backend still reads special tokens whole
     ids, _ = read(tokenizer, ["<s> the cat"])
     assert ids[0][0] != tokenizer.convert_tokens_to_ids("<s>")
     assert read(tokenizer, ["<s> the cat"]) == called(tokenizer, ["<s> the cat"])
@@ -86,7 +88,7 @@ def test_a_tokenizer_class_with_its_own_call_is_called():
             return out
 
     tokenizer.__class__ = Own
-    assert _texts._backend(tokenizer) is None
+    assert _backend.rust_backend(tokenizer) is None
     ids, spans = read(tokenizer, ["the cat"])
     assert ids[0][0] == 9 and spans[0][0] == (0, 0)
 
@@ -113,7 +115,7 @@ def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
     tokenizer = tiny_tokenizer(True)
     if "template" in kwargs:
         kwargs = kwargs | {"template": preset(kwargs["template"])}
-    backend = _texts._backend(tokenizer)
+    backend = _backend.rust_backend(tokenizer)
     assert backend is not None
     encoded, read = [], []  # the threads that ran the Rust tokenizer, and those that turned its output into lists
 
@@ -125,14 +127,20 @@ def test_prefetched_chunks_equal_the_plain_ones(monkeypatch, kwargs):
             encoded.append(threading.current_thread().name)
             return backend.encode_batch(*args, **kw)
 
-    reader = _texts._read
-    monkeypatch.setattr(_texts, "_backend", lambda tok: Recording())
-    monkeypatch.setattr(_texts, "_read", lambda *a: read.append(threading.current_thread().name) or reader(*a))
+    reader = _backend.read_encodings
+
+    def reading(*args):
+        read.append(threading.current_thread().name)
+        return reader(*args)
+
+    for module in (_backend, _batching):  # the plain route (encode_fast) and the prefetching one (Chunks)
+        monkeypatch.setattr(module, "rust_backend", lambda tok: Recording())
+        monkeypatch.setattr(module, "read_encodings", reading)
     results = []
     for prefetch in (False, True):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            chunks = list(_texts.Chunks(tokenizer, TEXTS, sink=[1], first=2, size=8, prefetch=prefetch, **kwargs))
+            chunks = list(_batching.Chunks(tokenizer, TEXTS, sink=[1], first=2, size=8, prefetch=prefetch, **kwargs))
         results.append((chunk_fields(chunks), [str(w.message) for w in caught]))
     assert results[1] == results[0]
     assert [len(c.prompts[0]) for c in chunks] == [2, 4, 8, 8, 1]
@@ -154,13 +162,13 @@ def test_a_prefetched_error_is_the_whole_calls_error():
     with pytest.raises(ValueError) as whole:
         _texts.tokenize(tokenizer, texts, instruction, sink=[1], max_length=full)
     with pytest.raises(ValueError) as chunked:
-        list(_texts.Chunks(tokenizer, texts, instruction, sink=[1], max_length=full, first=1, size=1, prefetch=True))
+        list(_batching.Chunks(tokenizer, texts, instruction, sink=[1], max_length=full, first=1, size=1, prefetch=True))
     assert str(chunked.value) == str(whole.value)
 
 
 def test_leaving_a_prefetching_iteration_early_stops_its_thread():
     tokenizer = tiny_tokenizer(True)
-    chunks = iter(_texts.Chunks(tokenizer, TEXTS * 20, sink=[1], first=2, size=8, prefetch=True))
+    chunks = iter(_batching.Chunks(tokenizer, TEXTS * 20, sink=[1], first=2, size=8, prefetch=True))
     next(chunks)
     chunks.close()  # what a loop that breaks or raises leaves to the garbage collector
     assert not any(t.name.startswith("nosink-tokenize") for t in threading.enumerate())
@@ -169,13 +177,13 @@ def test_leaving_a_prefetching_iteration_early_stops_its_thread():
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(strings=st.lists(text, min_size=1, max_size=6))
 def test_reading_only_the_leading_empty_spans_splits_rows_as_all_offsets_do(smollm2_tokenizer, strings):
-    encodings = _texts._backend(smollm2_tokenizer).encode_batch(strings, add_special_tokens=False)
-    ids, lead = _texts._read(encodings, lead=True)
-    full_ids, full = _texts._read(encodings)
+    encodings = _backend.rust_backend(smollm2_tokenizer).encode_batch(strings, add_special_tokens=False)
+    ids, lead = _backend.read_encodings(encodings, lead=True)
+    full_ids, full = _backend.read_encodings(encodings)
     assert ids == full_ids
     assert lead == [[(0, 0)] * spans.count((0, 0)) for spans in full]
     whole = _texts.tokenize(smollm2_tokenizer, strings, sink=[7], max_length=9)
-    light = _texts._tokenize(smollm2_tokenizer, strings, _texts._Input(None, [7], 9), keep_offsets=False)
+    light = _texts.tokenize_framed(smollm2_tokenizer, strings, _texts.Framing(None, [7], 9), keep_offsets=False)
     assert (light.prefix_ids, light.text_ids, light.truncated) == (whole.prefix_ids, whole.text_ids, whole.truncated)
     assert light.offsets is None
 
@@ -195,10 +203,11 @@ class Encoding:
 
 def test_leading_empty_spans_are_read_and_split_off_as_prefix():
     rows = [Encoding([5, 6, 7], [(0, 0), (0, 0), (0, 3)]), Encoding([8], [(0, 2)]), Encoding([], [])]
-    assert _texts._read(rows, lead=True) == ([[5, 6, 7], [8], []], [[(0, 0), (0, 0)], [], []])
+    assert _backend.read_encodings(rows, lead=True) == ([[5, 6, 7], [8], []], [[(0, 0), (0, 0)], [], []])
     fast = type("Fast", (), {"is_fast": True})()  # never called: the rows are given
-    encoded = _texts._read(rows, lead=True)
-    tokens = _texts._tokenize(fast, ["abc", "de", ""], _texts._Input(None, [1], None), encoded, keep_offsets=False)
+    encoded = _backend.read_encodings(rows, lead=True)
+    framing = _texts.Framing(None, [1], None)
+    tokens = _texts.tokenize_framed(fast, ["abc", "de", ""], framing, encoded, keep_offsets=False)
     assert tokens.prefix_ids == [[1, 5, 6], [1], [1]]
     assert tokens.text_ids == [[7], [8], []]
 
@@ -214,7 +223,7 @@ def test_chunks_without_offsets_equal_those_with(kwargs, kept):
     kwargs = kwargs | ({"template": by_name(kwargs["template"])} if "template" in kwargs else {})
     runs = [
         list(
-            _texts.Chunks(
+            _batching.Chunks(
                 tokenizer, TEXTS, sink=[1], max_length=12, first=2, size=8, prefetch=True, offsets=o, **kwargs
             )
         )
