@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange, repeat
 
 from nosink.layerspec import Kind
 
@@ -167,13 +168,13 @@ class Packed:
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, ...) -> (1, N, ...)``: the real tokens, row after row."""
-        return x.flatten(0, 1).index_select(0, self.index)[None]
+        return rearrange(x, "b t ... -> (b t) ...").index_select(0, self.index)[None]
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, N, ...) -> (B, T, ...)``, zeros at the padding positions."""
         out = x.new_zeros(self.batch * self.seq, *x.shape[2:])
         out.index_copy_(0, self.index, x[0])
-        return out.view(self.batch, self.seq, *x.shape[2:])
+        return rearrange(out, "(b t) ... -> b t ...", b=self.batch)
 
     def segments(self, start: int) -> _Segments:
         """The tokens at places ``start..`` of their rows, as sequences of their own (cached)."""
@@ -295,8 +296,7 @@ def attend(
         raise ValueError(f"{query.shape[1]} query heads are not a multiple of {key.shape[1]} key heads")
     if isinstance(route.layout, Packed):
         return _attend_packed(query, key, value, route.kind, route.layout, scale)
-    b, heads, seq, _ = query.shape
-    dv = value.shape[-1]
+    b, heads = query.shape[:2]
     layout, kind = route.layout, route.kind
     own_value = value
     reverse = kind.direction == "R"
@@ -306,17 +306,18 @@ def attend(
     elif reverse:
         query, key, value = query.flip(2), key.flip(2), value.flip(2)
 
-    out = _route(kind, query, key, value, layout, scale).transpose(1, 2)  # (B, T, H, Dv)
+    out = _route(kind, query, key, value, layout, scale)
+    if packing is None and reverse:
+        out = out.flip(2)
+    out = rearrange(out, "b h t d -> (b t) h d")
     if packing is not None:
-        out = out.reshape(b * seq, heads, dv).index_select(0, packing[1])
-    else:
-        out = (out.flip(1) if reverse else out).reshape(b * seq, heads, dv)
+        out = out.index_select(0, packing[1])
     if layout.padded:
         # A padding query attends only itself in the reference mask: its output is its own value.
         rows = layout.padding_rows()
-        own = _rows_of(own_value).index_select(0, rows)  # (Npad, Hkv, Dv)
-        out.index_copy_(0, rows, own.repeat_interleave(heads // own.shape[1], dim=1))  # out is our own tensor
-    return out.view(b, seq, heads, dv)
+        own = rearrange(own_value, "b hkv t d -> (b t) hkv d").index_select(0, rows)
+        out.index_copy_(0, rows, repeat(own, "n hkv d -> n (hkv g) d", g=heads // own.shape[1]))  # our own tensor
+    return rearrange(out, "(b t) h d -> b t h d", b=b)
 
 
 def _attend_packed(
@@ -325,7 +326,8 @@ def _attend_packed(
     # The stream (1, H, N, D): every sequence attends within itself, by kind. Returns (1, N, H, Dv).
     if query.shape[0] != 1 or query.shape[2] != packed.total:
         raise ValueError(f"a packed route takes one stream of {packed.total} tokens, got {tuple(query.shape)}")
-    q, k, v = (_rows_of(x) for x in (query, key, value))  # (N, h, d), free for the projections' layout
+    # Free for the layout the projections give (they make (1, N, H, D) and transpose it).
+    q, k, v = (rearrange(x, "1 h n d -> n h d") for x in (query, key, value))
     n, heads, dv = q.shape[0], q.shape[1], v.shape[-1]
     if kind.sink is None and kind.direction == "R":
         flip = packed.reversal()
@@ -343,14 +345,14 @@ def _attend_packed(
         in_head = (packed._pos < head)[:, None, None]  # (N, 1, 1)
         if kind.direction == "F":
             # A head query attends only itself: its output is its own value.
-            own = v.repeat_interleave(heads // v.shape[1], dim=1) if heads != v.shape[1] else v
+            own = repeat(v, "n hkv d -> n (hkv g) d", g=heads // v.shape[1])
             out = torch.where(in_head, own, out[:n])
         elif head < _SMALL_HEAD * packed.max_length:
             # Head queries attend every key at or after them: a small masked kernel over padded rows.
             q_index, k_index, mask, out_index = packed.heads(head)
-            qh = q[q_index].transpose(1, 2)  # (B, h, head, d)
-            kh, vh = (x[k_index].transpose(1, 2) for x in (k, v))  # (B, hkv, L, d)
-            first = _masked(qh, kh, vh, mask, scale).transpose(1, 2).reshape(-1, heads, dv)
+            qh = rearrange(q[q_index], "b t h d -> b h t d")
+            kh, vh = (rearrange(x[k_index], "b t h d -> b h t d") for x in (k, v))
+            first = rearrange(_masked(qh, kh, vh, mask, scale), "b h t d -> (b t) h d")
             out.index_copy_(0, out_index, first)
             out = out[:n]
         else:
@@ -358,7 +360,7 @@ def _attend_packed(
             flip = packed.reversal()
             both = _varlen_rows(q[flip], k[flip], v[flip], packed.segments(0), True, scale)[flip]
             out = torch.where(in_head, both, out[:n])
-    return out.view(1, n, heads, dv)
+    return out[None]  # (1, N, H, Dv)
 
 
 def _varlen_rows(
@@ -378,9 +380,9 @@ def _varlen_rows(
     for a, b in itertools.pairwise(bounds):
         if a == b:
             continue
-        qs, ks, vs = (x[a:b].transpose(0, 1)[None] for x in (q, k, v))
+        qs, ks, vs = (rearrange(x[a:b], "t h d -> 1 h t d") for x in (q, k, v))
         res = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa)
-        out[a:b] = res[0].transpose(0, 1)
+        out[a:b] = rearrange(res, "1 h t d -> t h d")
     return out
 
 
@@ -415,7 +417,7 @@ def _varlen_kernel(
             except RuntimeError:
                 _NATIVE_GQA.clear()
         if "enable_gqa" not in kwargs:
-            k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))
+            k, v = (repeat(x, "n hkv d -> n (hkv g) d", g=heads // x.shape[1]) for x in (k, v))
     return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
 
 
@@ -434,7 +436,7 @@ def _route(
         return _no_sink_bidirectional(query, key, value, layout, kind.sink + 1, scale)
     head = min(kind.sink + 1, query.shape[2])  # these queries attend only themselves
     out = _buffer(query, value)
-    out[:, :head] = _repeat(value[:, :, :head], query.shape[1]).transpose(1, 2)
+    out[:, :head] = repeat(value[:, :, :head], "b hkv t d -> b t (hkv g) d", g=query.shape[1] // value.shape[1])
     out[:, head:] = _causal(query[:, :, head:], key[:, :, head:], value[:, :, head:], scale).transpose(1, 2)
     return out.transpose(1, 2)
 
@@ -445,16 +447,11 @@ def _buffer(query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return query.new_empty(b, t, h, value.shape[-1])
 
 
-def _rows_of(x: torch.Tensor) -> torch.Tensor:
-    """``(B, H, T, D) -> (B * T, H, D)``, one row per token: free for the layout the projections give."""
-    b, h, t, d = x.shape
-    return x.transpose(1, 2).reshape(b * t, h, d)
-
-
 def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """The tokens of ``x (B, H, T, D)`` reordered by row indices into ``(B * T)``; a ``(B, H, T, D)`` view."""
-    b, h, t, d = x.shape
-    return _rows_of(x).index_select(0, index).view(b, t, h, d).transpose(1, 2)
+    # The first rearrange is free for the layout the projections give ((B, T, H, D), transposed).
+    rows = rearrange(x, "b h t d -> (b t) h d").index_select(0, index)
+    return rearrange(rows, "(b t) h d -> b h t d", b=x.shape[0])
 
 
 def _no_sink_bidirectional(
@@ -527,41 +524,35 @@ def _masked(
 ) -> torch.Tensor:
     # A mask shared by all heads: fold each key head's query heads into its query rows, so key and
     # value need no copy per query head (masked kernels take no enable_gqa on every device).
-    b, h, t, d = query.shape
-    groups = h // key.shape[1]
-    if groups > 1:
-        query = query.reshape(b, key.shape[1], groups * t, d)
-        if mask.shape[2] > 1:
-            mask = mask.repeat(1, 1, groups, 1)
+    groups = query.shape[1] // key.shape[1]
+    query = rearrange(query, "b (hkv g) t d -> b hkv (g t) d", g=groups)
+    if groups > 1 and mask.shape[2] > 1:
+        mask = repeat(mask, "b one t k -> b one (g t) k", g=groups)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
-    return out.reshape(b, h, t, value.shape[-1])
+    return rearrange(out, "b hkv (g t) d -> b (hkv g) t d", g=groups)
 
 
 def _full_varlen(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout, start: int, scale: float | None
 ) -> torch.Tensor:
     fn, params = _varlen()  # type: ignore[misc]
-    b, h, t, d = query.shape
+    b, h, _, d = query.shape
     flat, cu, longest = layout.varlen(start)
-
-    def pack(x: torch.Tensor) -> torch.Tensor:  # (B, h, t, d) -> (N, h, d), real tokens only
-        return x.transpose(1, 2).reshape(b * t, x.shape[1], x.shape[-1])[flat]
-
-    q, k, v = pack(query), pack(key), pack(value)
+    q, k, v = (rearrange(x, "b h t d -> (b t) h d")[flat] for x in (query, key, value))  # real tokens only
     kwargs: dict[str, Any] = {}
     if h != key.shape[1]:
         if "enable_gqa" in params:
             kwargs["enable_gqa"] = True
         else:
-            k, v = (x.repeat_interleave(h // key.shape[1], dim=1) for x in (k, v))
+            k, v = (repeat(x, "n hkv d -> n (hkv g) d", g=h // x.shape[1]) for x in (k, v))
     if scale is not None:
         if "scale" in params:
             kwargs["scale"] = scale
         else:
             q = q * (scale * d**0.5)
     packed = fn(q, k, v, cu, cu, longest, longest, **kwargs)  # (N, h, d)
-    out = packed.new_zeros(b * t, h, value.shape[-1]).index_copy_(0, flat, packed)
-    return out.view(b, t, h, -1).transpose(1, 2)
+    out = packed.new_zeros(b * query.shape[2], h, value.shape[-1]).index_copy_(0, flat, packed)
+    return rearrange(out, "(b t) h d -> b h t d", b=b)
 
 
 _VARLEN_BROKEN: list[Exception] = []
@@ -579,9 +570,3 @@ def _varlen_function() -> tuple[Any, frozenset[str]] | None:
     except ImportError:
         return None
     return varlen_attn, frozenset(inspect.signature(varlen_attn).parameters)
-
-
-def _repeat(value: torch.Tensor, heads: int) -> torch.Tensor:
-    """Key heads ``(B, Hkv, T, D)`` to query heads ``(B, H, T, D)``, head h reading key head h // (H/Hkv)."""
-    groups = heads // value.shape[1]
-    return value if groups == 1 else value.repeat_interleave(groups, dim=1)
