@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from nosink import EncoderFromDecoder, Spec
-from nosink.layerspec import as_spec
+from nosink.layerspec import Spec, as_spec
+from nosink.models import EncoderFromDecoder
 
 from .files import read_jsonl
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nosink import EncoderFromDecoder
+from nosink.models import EncoderFromDecoder
 
 __all__ = ["DEMO_INSTRUCTION", "DEMO_PAIRS", "DEMO_SPEC", "DemoResult", "PairCheck", "pair_ranking", "run_demo"]
 

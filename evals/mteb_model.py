@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nosink import EncoderFromDecoder, Spec
 from nosink.checks import positive_int
-from nosink.layerspec import as_spec
+from nosink.layerspec import Spec, as_spec
+from nosink.models import EncoderFromDecoder
 from nosink.models.mteb_meta import default_model_name, mteb_meta
 from nosink.models.templates import as_template
 from nosink.models.texts import Template

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nosink import EncoderFromDecoder, Spec
 from nosink.checks import positive_int
-from nosink.layerspec import as_spec
+from nosink.layerspec import Spec, as_spec
+from nosink.models import EncoderFromDecoder
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
 

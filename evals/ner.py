@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from nosink import EncoderFromDecoder, Spec
-from nosink.layerspec import Plan
+from nosink.layerspec import Plan, Spec
+from nosink.models import EncoderFromDecoder
 from nosink.models.batching import batches, pad, pad_id
 from nosink.models.texts import first_tokens, join_words, read_lines, tokenize
 

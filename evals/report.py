@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nosink import EncoderFromDecoder, Spec
+from nosink.layerspec import Spec
+from nosink.models import EncoderFromDecoder
 
 from . import plotting, sinks
 

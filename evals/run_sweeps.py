@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nosink import EncoderFromDecoder
+from nosink.models import EncoderFromDecoder
 from nosink.models.texts import Template
 
 from .ner import NERConfig, Sentence, evaluate_ner

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from nosink import EncoderFromDecoder, Spec, presets
-from nosink.layerspec import as_spec
+from nosink.layerspec import Spec, as_spec, presets
+from nosink.models import EncoderFromDecoder
 from nosink.models.texts import check_texts, tokenize
 
 __all__ = [

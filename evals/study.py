@@ -40,10 +40,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from nosink import EncoderFromDecoder
 from nosink.checks import count_arg, printable
 from nosink.evals import stats
 from nosink.layerspec import Kind, Plan, SpecError, as_spec, presets
+from nosink.models import EncoderFromDecoder
 
 __all__ = [
     "EXIT_FAMILIES",

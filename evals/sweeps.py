@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nosink import Spec, presets
 from nosink.checks import positive_int
+from nosink.layerspec import Spec, presets
 
 __all__ = [
     "CONFIGS",
@@ -139,7 +139,7 @@ def read_table(path: str | Path) -> tuple[list[Candidate], dict[str, Any]]:
     Raises:
         ValueError: if the file is not such a table.
     """
-    from nosink import parse_spec
+    from nosink.layerspec import parse_spec
 
     data = json.loads(Path(path).read_bytes())  # bytes: json reads UTF-8 (with or without a byte-order mark)
     if not isinstance(data, dict) or "rows" not in data:
