@@ -17,9 +17,10 @@ Routes, for ``query (B, H, T, D)`` and ``key``/``value`` ``(B, Hkv, T, D)`` afte
 - ``M<n>B``: queries ``n+1..`` attend keys ``n+1..`` (non-causal); queries ``0..n`` attend every key
   at or after them, through an ``(n+1, T)`` mask when ``n`` is small, else through the ``R`` route.
 
-Padded batches are first brought to one layout, each row's real tokens at the front (a gather, only
-when some row is not already so), where the causal kernel is exact for real queries. A padding query
-attends only itself in the reference, so its output is its own value, set at the end.
+Padded batches are first brought to the *front layout*, each row's real tokens at the front (a gather,
+only when some row is not already so: :meth:`Layout.front_order`), where the causal kernel is exact for
+real queries. A padding query attends only itself in the reference, so its output is its own value, set
+at the end.
 
 A padded batch can also run *packed* (:class:`Packed`): the encoder drops the padding tokens once before
 the first layer and runs every layer on one stream ``(1, N)`` of the real tokens, sequences one after
@@ -77,7 +78,7 @@ class Layout:
         pos = real.long().cumsum(-1) - 1  # (B, T), relative positions of real tokens
         pad_rank = (~real).long().cumsum(-1) - 1  # each padding token's rank among its row's padding
         tail = self.lengths[:, None] + pad_rank  # padding goes after the real tokens, in order
-        # `packed position of each token`: real tokens first in order (or reversed), then padding.
+        # Each token's place in the front layout: real tokens first in order (or reversed), then padding.
         self._forward_key = torch.where(real, pos, tail)
         self._reverse_key = torch.where(real, self.lengths[:, None] - 1 - pos, tail)
         self._cache: dict[Any, Any] = {} if front is None else {"front": bool(front)}
@@ -90,11 +91,11 @@ class Layout:
             self._cache["front"] = bool((self._forward_key == arange).all()) if self.padded else True  # a sync
         return self._cache["front"]
 
-    def packing(self, reverse: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(gather, scatter)`` row indices into ``(B * T)`` to the packed layout and back; ``None`` for identity."""
+    def front_order(self, reverse: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(gather, scatter)`` row indices into ``(B * T)`` to the front layout and back; ``None`` for identity."""
         if not reverse and self.front:
             return None
-        name = ("packing", reverse)
+        name = ("front_order", reverse)
         if name not in self._cache:
             key = self._reverse_key if reverse else self._forward_key
             gather = torch.empty_like(key).scatter_(1, key, torch.arange(self.seq, device=key.device).expand_as(key))
@@ -122,7 +123,7 @@ class Layout:
         return (index + torch.arange(index.shape[0], device=index.device)[:, None] * self.seq).flatten()
 
     def varlen(self, start: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """For the packed positions ``start..``: flat indices of real tokens, ``cu_seqlens``, max length."""
+        """For the front layout's places ``start..``: flat indices of real tokens, ``cu_seqlens``, max length."""
         if start not in self._cache:
             width = self.seq - start
             lengths = (self.lengths - start).clamp(min=0)  # (B,)
@@ -244,7 +245,7 @@ class Route:
 
     Args:
         kind: the layer kind.
-        layout: the batch's layout.
+        layout: the batch's padded :class:`Layout`, or its :class:`Packed` stream of real tokens.
     """
 
     def __init__(self, kind: Kind, layout: Layout | Packed) -> None:
@@ -300,18 +301,18 @@ def attend(
     layout, kind = route.layout, route.kind
     own_value = value
     reverse = kind.direction == "R"
-    packing = layout.packing(reverse) if layout.padded else None
-    if packing is not None:
-        query, key, value = (_rows(x, packing[0]) for x in (query, key, value))
+    order = layout.front_order(reverse) if layout.padded else None
+    if order is not None:
+        query, key, value = (_rows(x, order[0]) for x in (query, key, value))
     elif reverse:
         query, key, value = query.flip(2), key.flip(2), value.flip(2)
 
     out = _route(kind, query, key, value, layout, scale)
-    if packing is None and reverse:
+    if order is None and reverse:
         out = out.flip(2)
     out = rearrange(out, "b h t d -> (b t) h d")
-    if packing is not None:
-        out = out.index_select(0, packing[1])
+    if order is not None:
+        out = out.index_select(0, order[1])
     if layout.padded:
         # A padding query attends only itself in the reference mask: its output is its own value.
         rows = layout.padding_rows()
@@ -427,7 +428,7 @@ _NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value hea
 def _route(
     kind: Kind, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout, scale: float | None
 ) -> torch.Tensor:
-    # In the packed layout: each row's real tokens first (reversed for R). Returns (B, H, T, Dv).
+    # In the front layout: each row's real tokens first (reversed for R). Returns (B, H, T, Dv).
     if kind.sink is None and kind.direction in "FR":
         return _causal(query, key, value, scale)
     if kind.sink is None:
@@ -457,7 +458,7 @@ def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _no_sink_bidirectional(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout, head: int, scale: float | None
 ) -> torch.Tensor:
-    # Packed layout. Queries >= head attend keys >= head; queries < head attend every key after them.
+    # Front layout. Queries >= head attend keys >= head; queries < head attend every key after them.
     seq = query.shape[2]
     head = min(head, seq)
     small = head < _SMALL_HEAD * seq
@@ -504,7 +505,7 @@ def _full(
     scale: float | None,
     keys_only: bool = False,
 ) -> torch.Tensor:
-    # Non-causal attention over packed positions start.. of every row's real keys.
+    # Non-causal attention over the front layout's places start.. of every row's real keys.
     gqa = query.shape[1] != key.shape[1]
     if not layout.padded:
         return F.scaled_dot_product_attention(query, key, value, scale=scale, enable_gqa=gqa)
@@ -550,8 +551,8 @@ def _full_varlen(
             kwargs["scale"] = scale
         else:
             q = q * (scale * d**0.5)
-    packed = fn(q, k, v, cu, cu, longest, longest, **kwargs)  # (N, h, d)
-    out = packed.new_zeros(b * query.shape[2], h, value.shape[-1]).index_copy_(0, flat, packed)
+    attended = fn(q, k, v, cu, cu, longest, longest, **kwargs)  # (N, h, d)
+    out = attended.new_zeros(b * query.shape[2], h, value.shape[-1]).index_copy_(0, flat, attended)
     return rearrange(out, "(b t) h d -> b h t d", b=b)
 
 
