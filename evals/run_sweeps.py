@@ -12,7 +12,7 @@ from nosink.models import EncoderFromDecoder
 from nosink.models.texts import Template
 
 from .ner import NERConfig, Sentence, evaluate_ner
-from .sweeps import Candidate, best, family_specs, plot_sweep, write_table
+from .sweeps import SweepPoint, best, config_specs, plot_sweep, write_table
 
 __all__ = ["candidates_for", "mteb_sweep", "ner_sweep", "refine_suggestion"]
 
@@ -21,16 +21,16 @@ logger = logging.getLogger(__name__)
 
 def candidates_for(
     configs: Sequence[str], depth: int, ks: Sequence[int] | None = None, k0s: Sequence[int] | None = None
-) -> list[Candidate]:
-    """BASELINE and every spec of ``configs``, each distinct spec once (the first family to name it keeps it).
+) -> list[SweepPoint]:
+    """BASELINE and every spec of ``configs``, each distinct spec once (the first config to name it keeps it).
 
     Raises:
         ValueError: for an unknown configuration name.
     """
-    candidates: list[Candidate] = []
+    candidates: list[SweepPoint] = []
     seen: set[str] = set()
     for name in ["BASELINE", *configs]:
-        for c in family_specs(name, depth, ks, k0s):
+        for c in config_specs(name, depth, ks, k0s):
             if str(c.spec) not in seen:
                 seen.add(str(c.spec))
                 candidates.append(c)
@@ -48,7 +48,7 @@ def mteb_sweep(
     limit: int | None = None,
     meta: dict[str, Any] | None = None,
     template: Template | str | None = None,
-) -> list[Candidate]:
+) -> list[SweepPoint]:
     """Evaluate every spec of ``configs`` on one MTEB task (mteb computes the scores, every spec's texts
     encoded in one shared pass); write ``mteb_sweep.{json,csv,png}`` and mteb's own result files.
 
@@ -102,7 +102,7 @@ def ner_sweep(
     config: NERConfig | None = None,
     meta: dict[str, Any] | None = None,
     show_progress_bar: bool = True,
-) -> list[Candidate]:
+) -> list[SweepPoint]:
     """Evaluate every spec of ``configs`` with the NER probe; write ``ner_sweep.{json,csv,png}`` to ``out_dir``.
 
     Raises:
@@ -151,7 +151,7 @@ def refine_suggestion(
     step: int = 2,
     config: NERConfig | None = None,
     show_progress_bar: bool = True,
-) -> tuple[Candidate, list[Candidate]]:
+) -> tuple[SweepPoint, list[SweepPoint]]:
     """Confirm or refine a suggested MASK0&BIDIR spec with the NER probe on its (k, k0) neighbours.
 
     A small search (at most 9 specs, sharing their lower layers) instead of a full grid; writes
@@ -166,7 +166,7 @@ def refine_suggestion(
     for spec, r in zip(specs, results, strict=True):
         k0 = sum(seg.count or 0 for seg in spec.segments if seg.kind.sink is not None)
         k = sum(seg.count or 0 for seg in spec.segments if not seg.kind.is_causal)
-        candidates.append(Candidate("MASK0&BIDIR", k, spec, k0, {"f1": r.f1}))
+        candidates.append(SweepPoint("MASK0&BIDIR", k, spec, k0, {"f1": r.f1}))
     chosen = max(candidates, key=lambda c: c.scores["f1"])
     info = {"suggested": str(suggestion.spec), "reason": suggestion.reason, "best": chosen.row(),
             "n_train": len(train), "n_eval": len(evaluation)}  # fmt: skip

@@ -4,10 +4,10 @@ For one model and one task the study runs, for each template (mean pooling with 
 or a published prompt template of :mod:`nosink.models.templates`):
 
 1. **choose**: every candidate of the grid (``F*``, INPLACE-BIDIR ``F* | B*k``, MASK0&BIDIR
-   ``F* | B*(k-k0) | M0B*k0`` by default; any of :data:`GRID_FAMILIES`) is scored on the choosing split, all
-   specs in one pass per batch (their shared lower layers run once); each family keeps its best spec there;
+   ``F* | B*(k-k0) | M0B*k0`` by default; any of :data:`GRID_CONFIGS`) is scored on the choosing split, all
+   specs in one pass per batch (their shared lower layers run once); each config keeps its best spec there;
 2. **report**: the kept specs (with ``report_grid``, every spec of the grid), the suggestion of
-   :func:`nosink.evals.sinks.suggest_spec`, and early exits (``F*`` and the best family's spec cut after
+   :func:`nosink.evals.sinks.suggest_spec`, and early exits (``F*`` and the best config's spec cut after
    layer m) are scored on the reporting split, as
    :class:`~nosink.evals.stats.Statistic` values, so every reported number gets a bootstrap interval
    and any two of them a paired comparison.
@@ -20,7 +20,7 @@ token-level NER goes through :func:`ner_study` (linear probes, several seeds, Co
 
 >>> [c.name for c in grid(8, ks=[4], k0s=[1, 2])]
 ['F*', 'F* | B*4', 'F* | B*3 | M0B', 'F* | B*2 | M0B*2']
->>> choose_by_family({Candidate("F*", "F*"): 0.3, Candidate("INPLACE-BIDIR", "F* | B*4"): 0.5})["INPLACE-BIDIR"].name
+>>> choose_by_config({Candidate("F*", "F*"): 0.3, Candidate("INPLACE-BIDIR", "F* | B*4"): 0.5})["INPLACE-BIDIR"].name
 'F* | B*4'
 """
 
@@ -46,9 +46,9 @@ from nosink.layerspec import Kind, Plan, SpecError, as_spec, presets
 from nosink.models import EncoderFromDecoder
 
 __all__ = [
-    "EXIT_FAMILIES",
-    "FAMILY_COMPARISONS",
-    "GRID_FAMILIES",
+    "EXIT_CONFIGS",
+    "CONFIG_COMPARISONS",
+    "GRID_CONFIGS",
     "NER_SPLIT_SEED",
     "NO_TEMPLATE",
     "Candidate",
@@ -61,7 +61,7 @@ __all__ = [
     "Task",
     "TemplateResult",
     "add_arguments",
-    "choose_by_family",
+    "choose_by_config",
     "comparisons",
     "comparisons_table",
     "converted_layers",
@@ -69,8 +69,8 @@ __all__ = [
     "curves_table",
     "effect",
     "exit_candidates",
-    "exit_families_of",
-    "family_pairs",
+    "exit_configs_of",
+    "config_pairs",
     "exits_table",
     "grid",
     "interplay",
@@ -104,11 +104,11 @@ NER_SPLIT_SEED = 0
 """The seed of the cut of the NER dev sentences into halves (choose on one, report on the other): the one cut that
 :func:`ner_study` reports on and :func:`ner_selection_for` chooses on."""
 
-FAMILIES = ("F*", "INPLACE-BIDIR", "MASK0&BIDIR")
-"""The spec families of the default grid, in the order tables show them."""
+DEFAULT_CONFIGS = ("F*", "INPLACE-BIDIR", "MASK0&BIDIR")
+"""The configs of the default grid, in the order tables show them."""
 
-GRID_FAMILIES = ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-FOR", "MASK0-BIDIR", "MASK0-ALL", "MASK0&BIDIR")
-"""The paper's families :func:`grid` can sweep beside ``F*`` (their presets in :mod:`nosink.layerspec.presets`):
+GRID_CONFIGS = ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-FOR", "MASK0-BIDIR", "MASK0-ALL", "MASK0&BIDIR")
+"""The paper's configs :func:`grid` can sweep beside ``F*`` (their presets in :mod:`nosink.layerspec.presets`):
 the top k layers bidirectional, backward, forward without the sink, bidirectional without the sink; every
 layer bidirectional without the sink (one spec, ``M0B*``); and ``F* | B*(k-k0) | M0B*k0``."""
 
@@ -118,12 +118,12 @@ class Candidate:
     """One spec of the study, possibly cut after an exit layer.
 
     Attributes:
-        family: ``F*``, one of :data:`GRID_FAMILIES`, or ``SUGGESTED``.
+        config: ``F*``, one of :data:`GRID_CONFIGS`, or ``SUGGESTED``.
         spec: the canonical spec string.
         exit_layer: the decoder cut after this many layers, or ``None`` for all of them.
     """
 
-    family: str
+    config: str
     spec: str
     exit_layer: int | None = None
 
@@ -142,44 +142,45 @@ class Candidate:
 
     def row(self) -> dict[str, Any]:
         """A flat dict for JSON."""
-        return {"family": self.family, "spec": self.spec, "exit_layer": self.exit_layer, "name": self.name}
+        # "family": the key of the committed results (docs/results/study), which tables and tests read back
+        return {"family": self.config, "spec": self.spec, "exit_layer": self.exit_layer, "name": self.name}
 
 
 def grid(
     depth: int,
     ks: Sequence[int] | None = None,
     k0s: Sequence[int] = (1, 2, 4),
-    families: Sequence[str] = FAMILIES[1:],
+    configs: Sequence[str] = DEFAULT_CONFIGS[1:],
 ) -> list[Candidate]:
-    """The study's grid: ``F*``, then each family of ``families`` at each k (MASK0&BIDIR at each k0 < k).
+    """The study's grid: ``F*``, then each config of ``configs`` at each k (MASK0&BIDIR at each k0 < k).
 
     Args:
         depth: the decoder's number of layers.
         ks: the numbers of converted layers; by default a quarter, half and two thirds of the depth.
         k0s: the numbers of top layers that also hide the sink (MASK0&BIDIR).
-        families: some of :data:`GRID_FAMILIES`, in the order the grid lists them; MASK0-ALL takes no k
+        configs: some of :data:`GRID_CONFIGS`, in the order the grid lists them; MASK0-ALL takes no k
             (one spec, ``M0B*``).
 
     Raises:
-        ValueError: for a k outside 1..depth, a k0 below 1, or a family not in :data:`GRID_FAMILIES`.
+        ValueError: for a k outside 1..depth, a k0 below 1, or a config not in :data:`GRID_CONFIGS`.
 
-    >>> [c.name for c in grid(8, ks=[2], families=["INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])]
+    >>> [c.name for c in grid(8, ks=[2], configs=["INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])]
     ['F*', 'F* | R*2', 'F* | M0B*2', 'M0B*']
     """
     ks = sorted({max(1, depth // 4), max(1, depth // 2), max(1, 2 * depth // 3)}) if ks is None else list(ks)
     if any(not 1 <= k <= depth for k in ks) or any(k0 < 1 for k0 in k0s):
         raise ValueError(f"need 1 <= k <= {depth} and k0 >= 1, got ks={ks}, k0s={list(k0s)}")
-    unknown = [f for f in families if f not in GRID_FAMILIES]
+    unknown = [f for f in configs if f not in GRID_CONFIGS]
     if unknown:
-        raise ValueError(f"unknown families {unknown}; expected some of {list(GRID_FAMILIES)}")
+        raise ValueError(f"unknown configs {unknown}; expected some of {list(GRID_CONFIGS)}")
     out = [Candidate("F*", "F*")]
-    for family in dict.fromkeys(families):
-        if family == "MASK0-ALL":
-            out.append(Candidate(family, str(presets.mask0_all())))
-        elif family == "MASK0&BIDIR":
-            out += [Candidate(family, str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
+    for config in dict.fromkeys(configs):
+        if config == "MASK0-ALL":
+            out.append(Candidate(config, str(presets.mask0_all())))
+        elif config == "MASK0&BIDIR":
+            out += [Candidate(config, str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
         else:
-            out += [Candidate(family, str(presets.by_name(family, k=k))) for k in ks]
+            out += [Candidate(config, str(presets.by_name(config, k=k))) for k in ks]
     return out
 
 
@@ -207,12 +208,12 @@ def exit_candidates(candidate: Candidate, depth: int, exits: Sequence[int]) -> l
             as_spec(candidate.spec).resolve(depth, exit_layer=m)
         except SpecError:
             continue
-        out.append(Candidate(candidate.family, candidate.spec, m))
+        out.append(Candidate(candidate.config, candidate.spec, m))
     return out
 
 
-def choose_by_family(scores: Mapping[Candidate, float], full_depth_only: bool = True) -> dict[str, Candidate]:
-    """Each family's best candidate by ``scores`` (the first of equal scores, in the mapping's order).
+def choose_by_config(scores: Mapping[Candidate, float], full_depth_only: bool = True) -> dict[str, Candidate]:
+    """Each config's best candidate by ``scores`` (the first of equal scores, in the mapping's order).
 
     Args:
         scores: candidate -> score on the choosing split.
@@ -222,8 +223,8 @@ def choose_by_family(scores: Mapping[Candidate, float], full_depth_only: bool = 
     for candidate, score in scores.items():
         if full_depth_only and candidate.exit_layer is not None:
             continue
-        if candidate.family not in best or score > scores[best[candidate.family]]:
-            best[candidate.family] = candidate
+        if candidate.config not in best or score > scores[best[candidate.config]]:
+            best[candidate.config] = candidate
     return best
 
 
@@ -532,9 +533,9 @@ class TemplateResult:
     Attributes:
         template: the template's name, or :data:`NO_TEMPLATE`.
         grid: every grid candidate's choosing score (and its reported statistic, with ``report_grid``).
-        chosen: per family (and ``SUGGESTED``), the candidate kept and its reported statistic.
-        exits: per family, the early-exit candidates (and the family's full-depth one) with both scores.
-        exit_choice: per family, the exit chosen on the choosing split (``None``: all layers).
+        chosen: per config (and ``SUGGESTED``), the candidate kept and its reported statistic.
+        exits: per config, the early-exit candidates (and the config's full-depth one) with both scores.
+        exit_choice: per config, the exit chosen on the choosing split (``None``: all layers).
         seconds: encoding time; texts_encoded: texts run through the encoder (all specs at once).
     """
 
@@ -547,32 +548,32 @@ class TemplateResult:
     texts_encoded: int
 
 
-EXIT_FAMILIES = ("F*", "best", *GRID_FAMILIES)
-"""What ``exit_families`` may name: a family of the grid, or ``"best"`` (see :func:`exit_families_of`)."""
+EXIT_CONFIGS = ("F*", "best", *GRID_CONFIGS)
+"""What ``exit_configs`` may name: a config of the grid, or ``"best"`` (see :func:`exit_configs_of`)."""
 
 
-def _converted(families: Iterable[str]) -> list[str]:
-    """The converted families among ``families`` (not ``F*``, not the suggestion), in order."""
-    return [f for f in families if f not in ("F*", "SUGGESTED")]
+def _converted(configs: Iterable[str]) -> list[str]:
+    """The converted configs among ``configs`` (not ``F*``, not the suggestion), in order."""
+    return [f for f in configs if f not in ("F*", "SUGGESTED")]
 
 
-def exit_families_of(
-    families: Sequence[str], chosen: Mapping[str, Candidate], choose_scores: Mapping[Candidate, float]
+def exit_configs_of(
+    configs: Sequence[str], chosen: Mapping[str, Candidate], choose_scores: Mapping[Candidate, float]
 ) -> list[str]:
-    """The families whose chosen spec is tried at the exits: ``families`` with ``"best"`` resolved, in order.
+    """The configs whose chosen spec is tried at the exits: ``configs`` with ``"best"`` resolved, in order.
 
-    ``"best"`` is the converted family (any but ``F*`` and ``SUGGESTED``) whose chosen spec scores best on the
-    choosing split; a family not in ``chosen`` is left out.
+    ``"best"`` is the converted config (any but ``F*`` and ``SUGGESTED``) whose chosen spec scores best on the
+    choosing split; a config not in ``chosen`` is left out.
 
     Raises:
-        ValueError: for a family not in :data:`EXIT_FAMILIES`.
+        ValueError: for a config not in :data:`EXIT_CONFIGS`.
     """
-    unknown = [f for f in families if f not in EXIT_FAMILIES]
+    unknown = [f for f in configs if f not in EXIT_CONFIGS]
     if unknown:
-        raise ValueError(f"unknown exit families {unknown}; expected some of {list(EXIT_FAMILIES)}")
+        raise ValueError(f"unknown exit configs {unknown}; expected some of {list(EXIT_CONFIGS)}")
     converted = _converted(chosen)
     best = max(converted, key=lambda f: choose_scores[chosen[f]]) if converted else None
-    resolved = (best if f == "best" else f for f in families)
+    resolved = (best if f == "best" else f for f in configs)
     return [f for f in dict.fromkeys(resolved) if f is not None and f in chosen]
 
 
@@ -583,13 +584,13 @@ def run_template(
     template: str | None = None,
     suggestion: Candidate | None = None,
     exits: Sequence[int] = (),
-    exit_families: Sequence[str] = ("F*",),
+    exit_configs: Sequence[str] = ("F*",),
     batch_size: int = 32,
     restrict: Mapping[str, Candidate] | None = None,
     report_grid: bool = False,
     show_progress_bar: bool = False,
 ) -> TemplateResult:
-    """Choose each family's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
+    """Choose each config's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
 
     Args:
         encoder: the converted decoder (its own spec does not matter).
@@ -597,15 +598,15 @@ def run_template(
         candidates: the grid.
         template: a preset's name, or ``None`` for mean pooling with ``task.instruction``.
         suggestion: a spec to score beside the chosen ones (``suggest_spec``'s), on both splits.
-        exits: exit layers to try for the chosen spec of each family in ``exit_families``; the exit is
+        exits: exit layers to try for the chosen spec of each config in ``exit_configs``; the exit is
             chosen on the choosing split like any other choice.
-        exit_families: the families whose chosen spec is tried at ``exits`` (see :func:`exit_families_of`;
-            ``"best"`` names the better converted family on the choosing split).
+        exit_configs: the configs whose chosen spec is tried at ``exits`` (see :func:`exit_configs_of`;
+            ``"best"`` names the better converted config on the choosing split).
         batch_size: texts per forward pass.
-        restrict: skip the grid and take these candidates (family -> candidate) as chosen: for costly
+        restrict: skip the grid and take these candidates (config -> candidate) as chosen: for costly
             templates (MetaEOL's eight prompts) scored only at the specs another template chose.
         report_grid: score every grid candidate on the reporting split too, not only the chosen ones (the
-            families' curves over k, for :func:`curve_comparisons` and :func:`curves_table`).
+            configs' curves over k, for :func:`curve_comparisons` and :func:`curves_table`).
         show_progress_bar: a bar for each encoding pass of more than 8 batches.
     """
     cache = EmbeddingCache(encoder, template, task.instruction, batch_size, show_progress_bar=show_progress_bar)
@@ -621,17 +622,17 @@ def run_template(
     grid_cands = list(restrict.values()) if restrict is not None else list(candidates)
     extra = [suggestion] if suggestion is not None and suggestion not in grid_cands else []
     # F*'s exits share every layer with F*: they come free in the grid's pass
-    f_exits = exit_candidates(Candidate("F*", "F*"), encoder.depth, exits) if "F*" in exit_families else []
+    f_exits = exit_candidates(Candidate("F*", "F*"), encoder.depth, exits) if "F*" in exit_configs else []
     choose_scores = score_choose(grid_cands + extra + f_exits)
     if restrict is not None:
         chosen_cands = dict(restrict)
     else:
-        chosen_cands = choose_by_family({c: choose_scores[c] for c in grid_cands})
-    families = exit_families_of(exit_families, chosen_cands, choose_scores)
+        chosen_cands = choose_by_config({c: choose_scores[c] for c in grid_cands})
+    configs = exit_configs_of(exit_configs, chosen_cands, choose_scores)
     if suggestion is not None:
         chosen_cands["SUGGESTED"] = suggestion
-    exit_cands = {fam: exit_candidates(chosen_cands[fam], encoder.depth, exits) for fam in families}
-    exit_cands = {fam: cs for fam, cs in exit_cands.items() if cs}
+    exit_cands = {cfg: exit_candidates(chosen_cands[cfg], encoder.depth, exits) for cfg in configs}
+    exit_cands = {cfg: cs for cfg, cs in exit_cands.items() if cs}
     every_exit = [c for cs in exit_cands.values() for c in cs]
     if every_exit:
         choose_scores |= score_choose(every_exit)
@@ -642,13 +643,13 @@ def run_template(
     def scored(c: Candidate) -> Scored:
         return Scored(c, choose_scores.get(c), reported.get(c))
 
-    exit_rows = {fam: [scored(c) for c in [*cs, chosen_cands[fam]]] for fam, cs in exit_cands.items()}
-    exit_choice = {fam: max(rows, key=lambda s: s.choose) for fam, rows in exit_rows.items()}
+    exit_rows = {cfg: [scored(c) for c in [*cs, chosen_cands[cfg]]] for cfg, cs in exit_cands.items()}
+    exit_choice = {cfg: max(rows, key=lambda s: s.choose) for cfg, rows in exit_rows.items()}
     logger.info("%s %s: chosen %s", task.name, name, {f: c.name for f, c in chosen_cands.items()})
     return TemplateResult(
         template=name,
         grid=[scored(c) if report_grid else Scored(c, choose_scores[c]) for c in grid_cands + extra],
-        chosen={fam: scored(c) for fam, c in chosen_cands.items()},
+        chosen={cfg: scored(c) for cfg, c in chosen_cands.items()},
         exits=exit_rows,
         exit_choice=exit_choice,
         seconds=cache.seconds,
@@ -761,7 +762,7 @@ def ner_study(
 # ---------------------------------------------------------------------------------------- comparisons, JSON
 
 
-FAMILY_COMPARISONS = (
+CONFIG_COMPARISONS = (
     ("MASK0&BIDIR", "INPLACE-BIDIR"),
     ("MASK0&BIDIR", "F*"),
     ("INPLACE-BIDIR", "F*"),
@@ -774,24 +775,24 @@ FAMILY_COMPARISONS = (
     ("MASK0-FOR", "F*"),
     ("MASK0-ALL", "INPLACE-BIDIR"),
 )
-"""The pairs of chosen families the verdicts compare (A, B), where both ran: MASK0&BIDIR and INPLACE-BIDIR
+"""The pairs of chosen configs the verdicts compare (A, B), where both ran: MASK0&BIDIR and INPLACE-BIDIR
 (the paper's Finding 5), BACK against BIDIR (Finding 2), MASK0-BIDIR against the others (Finding 3), MASK0-ALL
-against INPLACE-BIDIR's chosen spec, and the k-families against ``F*``. Finding 4 proper, ``M0B*`` against
+against INPLACE-BIDIR's chosen spec, and the k-configs against ``F*``. Finding 4 proper, ``M0B*`` against
 ``B*`` everywhere, is a :func:`curve_comparisons` pair (it needs ``F* | B*n`` in the grid)."""
 
 
-def _label(family: str) -> str:
-    return family if family == "F*" else family.lower()
+def _label(config: str) -> str:
+    return config if config == "F*" else config.lower()
 
 
-def family_pairs(families: Iterable[str]) -> list[tuple[str, str, str]]:
-    """``(kind, A, B)`` for the pairs of :data:`FAMILY_COMPARISONS` whose families are both in ``families``.
+def config_pairs(configs: Iterable[str]) -> list[tuple[str, str, str]]:
+    """``(kind, A, B)`` for the pairs of :data:`CONFIG_COMPARISONS` whose configs are both in ``configs``.
 
-    >>> [kind for kind, a, b in family_pairs(["F*", "INPLACE-BIDIR", "INPLACE-BACK"])]
+    >>> [kind for kind, a, b in config_pairs(["F*", "INPLACE-BIDIR", "INPLACE-BACK"])]
     ['inplace-bidir vs F*', 'inplace-back vs inplace-bidir', 'inplace-back vs F*']
     """
-    present = set(families)
-    return [(f"{_label(a)} vs {_label(b)}", a, b) for a, b in FAMILY_COMPARISONS if a in present and b in present]
+    present = set(configs)
+    return [(f"{_label(a)} vs {_label(b)}", a, b) for a, b in CONFIG_COMPARISONS if a in present and b in present]
 
 
 def curve_comparisons(
@@ -800,31 +801,31 @@ def curve_comparisons(
     """``(kind, A, B)`` along the k axis of a grid scored on the reporting split, for the paper's Findings 1, 2, 4.
 
     - INPLACE-BACK against INPLACE-BIDIR at every k both ran (Finding 2: backward wins when k is small);
-    - each family's chosen spec against the same family with every layer converted, where the grid has
+    - each config's chosen spec against the same config with every layer converted, where the grid has
       ``k = depth`` (Finding 1: keep some layers forward);
     - MASK0-ALL (``M0B*``) against INPLACE-BIDIR at ``k = depth`` (Finding 4: hiding the first token in
       every layer behaves like not hiding it).
 
     Early-exit candidates and MASK0&BIDIR (two parameters) are left out.
 
-    >>> cands = grid(4, ks=[2, 4], families=["INPLACE-BIDIR", "INPLACE-BACK"])
+    >>> cands = grid(4, ks=[2, 4], configs=["INPLACE-BIDIR", "INPLACE-BACK"])
     >>> [(a.name, b.name) for _, a, b in curve_comparisons(cands, {"INPLACE-BACK": cands[3]}, depth=4)]
     [('F* | R*2', 'F* | B*2'), ('F* | R*4', 'F* | B*4'), ('F* | R*2', 'F* | R*4')]
     """
     at = {
-        (c.family, converted_layers(c.spec, depth)): c
+        (c.config, converted_layers(c.spec, depth)): c
         for c in candidates
-        if c.exit_layer is None and c.family not in ("F*", "SUGGESTED", "MASK0&BIDIR")
+        if c.exit_layer is None and c.config not in ("F*", "SUGGESTED", "MASK0&BIDIR")
     }
     out = [
         (f"inplace-back vs inplace-bidir at k={k}", c, at["INPLACE-BIDIR", k])
-        for (family, k), c in sorted(at.items(), key=lambda item: item[0][1])
-        if family == "INPLACE-BACK" and ("INPLACE-BIDIR", k) in at
+        for (config, k), c in sorted(at.items(), key=lambda item: item[0][1])
+        if config == "INPLACE-BACK" and ("INPLACE-BIDIR", k) in at
     ]
-    for family, c in chosen.items():
-        top = at.get((family, depth))
-        if top is not None and top != c and family != "MASK0-ALL":
-            out.append((f"{family.lower()} chosen vs all layers", c, top))
+    for config, c in chosen.items():
+        top = at.get((config, depth))
+        if top is not None and top != c and config != "MASK0-ALL":
+            out.append((f"{config.lower()} chosen vs all layers", c, top))
     if ("MASK0-ALL", depth) in at and ("INPLACE-BIDIR", depth) in at:
         out.append(("mask0-all vs inplace-bidir at k=n", at["MASK0-ALL", depth], at["INPLACE-BIDIR", depth]))
     return out
@@ -840,20 +841,20 @@ def _compared(kind: str, a: str, a_spec: str, b: str, b_spec: str, cmp: stats.Co
 def comparisons(results: Sequence[TemplateResult], seed: int = 0, depth: int | None = None) -> list[dict[str, Any]]:
     """Paired bootstrap comparisons on the reporting split, for the comparisons the study's verdicts rest on.
 
-    Within each template: the chosen families' pairs of :func:`family_pairs`, and the suggestion vs the best
-    converted family. Across templates: each template with ``F*`` against no template with ``F*`` (the prompt
-    alone), and each template's best family against no template's same family (the prompt on top of the mask);
-    a family's "best" is chosen on the choosing split. With ``depth`` and a grid scored on the reporting split
+    Within each template: the chosen configs' pairs of :func:`config_pairs`, and the suggestion vs the best
+    converted config. Across templates: each template with ``F*`` against no template with ``F*`` (the prompt
+    alone), and each template's best config against no template's same config (the prompt on top of the mask);
+    a config's "best" is chosen on the choosing split. With ``depth`` and a grid scored on the reporting split
     (``report_grid``), also :func:`curve_comparisons` within each template.
     """
     by_name = {r.template: r for r in results}
     base = by_name.get(NO_TEMPLATE)
-    pairs: list[tuple[str, str, str, str, str]] = []  # (kind, template A, family A, template B, family B)
+    pairs: list[tuple[str, str, str, str, str]] = []  # (kind, template A, config A, template B, config B)
     out = []
     for r in results:
         t = r.template
-        pairs += [(kind, t, a, t, b) for kind, a, b in family_pairs(r.chosen)]
-        best = _best_family(r)
+        pairs += [(kind, t, a, t, b) for kind, a, b in config_pairs(r.chosen)]
+        best = _best_config(r)
         if best is not None:
             pairs.append(("template+mask vs template alone", t, best, t, "F*"))
             if "SUGGESTED" in r.chosen:
@@ -875,15 +876,15 @@ def comparisons(results: Sequence[TemplateResult], seed: int = 0, depth: int | N
             for kind, a, b in curve_comparisons(reported, chosen, depth):
                 cmp = stats.compare(reported[a], reported[b], seed=seed)
                 out.append(
-                    _compared(kind, f"{r.template} / {a.family}", a.name, f"{r.template} / {b.family}", b.name, cmp)
+                    _compared(kind, f"{r.template} / {a.config}", a.name, f"{r.template} / {b.config}", b.name, cmp)
                 )
     return out
 
 
-def _best_family(result: TemplateResult) -> str | None:
-    """The converted family (any but ``F*`` and ``SUGGESTED``) with the best choosing score."""
-    fams = [f for f in _converted(result.chosen) if result.chosen[f].choose is not None]
-    return max(fams, key=lambda f: result.chosen[f].choose) if fams else None  # type: ignore[arg-type,return-value]
+def _best_config(result: TemplateResult) -> str | None:
+    """The converted config (any but ``F*`` and ``SUGGESTED``) with the best choosing score."""
+    cfgs = [f for f in _converted(result.chosen) if result.chosen[f].choose is not None]
+    return max(cfgs, key=lambda f: result.chosen[f].choose) if cfgs else None  # type: ignore[arg-type,return-value]
 
 
 def template_row(result: TemplateResult, seed: int = 0) -> dict[str, Any]:
@@ -893,16 +894,16 @@ def template_row(result: TemplateResult, seed: int = 0) -> dict[str, Any]:
         "seconds": round(result.seconds, 1),
         "texts_encoded": result.texts_encoded,
         "grid": [s.row(seed) for s in result.grid],
-        "chosen": {fam: s.row(seed) for fam, s in result.chosen.items()},
-        "best_family": _best_family(result),
-        "exits": {fam: [s.row(seed) for s in rows] for fam, rows in result.exits.items()},
-        "exit_choice": {fam: s.candidate.name for fam, s in result.exit_choice.items()},
+        "chosen": {cfg: s.row(seed) for cfg, s in result.chosen.items()},
+        "best_family": _best_config(result),
+        "exits": {cfg: [s.row(seed) for s in rows] for cfg, rows in result.exits.items()},
+        "exit_choice": {cfg: s.candidate.name for cfg, s in result.exit_choice.items()},
     }
 
 
 def overall_choice(results: Sequence[TemplateResult]) -> dict[str, Any]:
-    """The (template, family) with the best choosing score over all templates and families (``SUGGESTED`` aside)."""
-    rows = [(r.template, fam, s) for r in results for fam, s in r.chosen.items() if fam != "SUGGESTED"]
+    """The (template, config) with the best choosing score over all templates and configs (``SUGGESTED`` aside)."""
+    rows = [(r.template, cfg, s) for r in results for cfg, s in r.chosen.items() if cfg != "SUGGESTED"]
     best = max((row for row in rows if row[2].choose is not None), key=lambda x: x[2].choose)  # type: ignore[arg-type,return-value]
     return {"template": best[0], "family": best[1], "spec": best[2].candidate.name, "choose": best[2].choose}
 
@@ -924,15 +925,15 @@ def _cell(spec: str | None) -> str:
 
 
 def results_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """A Markdown table of a study JSON: per template and family, the spec chosen, its choosing score, and
+    """A Markdown table of a study JSON: per template and config, the spec chosen, its choosing score, and
     its reported score with the 95% interval; then the baselines' payloads (``baseline_task``) by name."""
     lines = [
         "| template | family | spec (chosen) | choose | report [95% CI] |",
         "|---|---|---|---|---|",
     ]
     for t in payload["templates"]:
-        for fam, row in t["chosen"].items():
-            lines.append(f"| {t['template']} | {fam} | {_cell(row['name'])} | {row['choose']:.3f} | {_ci(row)} |")
+        for cfg, row in t["chosen"].items():
+            lines.append(f"| {t['template']} | {cfg} | {_cell(row['name'])} | {row['choose']:.3f} | {_ci(row)} |")
     for name, base in (baselines or {}).items():
         lines.append(f"| - | {name} | (trained encoder) | {base['result']['choose']:.3f} | {_ci(base['result'])} |")
     return "\n".join(lines)
@@ -959,21 +960,21 @@ def selection_table(payload: Mapping[str, Any]) -> str:
 
 
 def exits_table(payload: Mapping[str, Any]) -> str:
-    """A Markdown table of a study JSON's early exits: per family and exit, both scores (full depth: ``-``)."""
+    """A Markdown table of a study JSON's early exits: per config and exit, both scores (full depth: ``-``)."""
     lines = ["| template | family | exit layer | choose | report [95% CI] |", "|---|---|---|---|---|"]
     for t in payload["templates"]:
-        for fam, rows in t["exits"].items():
+        for cfg, rows in t["exits"].items():
             for row in sorted(rows, key=lambda r: r["exit_layer"] or 10**6):
-                chosen = " (chosen)" if row["name"] == t["exit_choice"][fam] else ""
+                chosen = " (chosen)" if row["name"] == t["exit_choice"][cfg] else ""
                 where = row["exit_layer"] if row["exit_layer"] is not None else "all"
-                head = f"| {t['template']} | {fam} {_cell(row['spec'])} | {where}{chosen}"
+                head = f"| {t['template']} | {cfg} {_cell(row['spec'])} | {where}{chosen}"
                 lines.append(f"{head} | {row['choose']:.3f} | {_ci(row)} |")
     return "\n".join(lines)
 
 
 def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """A Markdown table of a NER study JSON: every candidate's choosing-half and reporting-half F1 (mean of seeds),
-    ``(chosen)`` on each family's own choice (a suggestion that is also a swept spec marks its own row only)."""
+    ``(chosen)`` on each config's own choice (a suggestion that is also a swept spec marks its own row only)."""
     chosen = payload["chosen"]
     lines = ["| family | spec | choose half | report half [95% CI] | per seed |", "|---|---|---|---|---|"]
     for name, base in [(None, payload), *((baselines or {}).items())]:
@@ -987,7 +988,7 @@ def ner_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, A
 
 
 def _curve_rows(payload: Mapping[str, Any], template: str) -> tuple[list[Mapping[str, Any]], dict[str, str]]:
-    """The rows scored on the reporting split at full depth, and each family's chosen spec name, of a study JSON
+    """The rows scored on the reporting split at full depth, and each config's chosen spec name, of a study JSON
     (one template's grid) or a NER study JSON (every candidate).
 
     Raises:
@@ -1000,15 +1001,15 @@ def _curve_rows(payload: Mapping[str, Any], template: str) -> tuple[list[Mapping
         if not found:
             have = [t["template"] for t in payload["templates"]]
             raise ValueError(f"no template {template!r} in this study JSON; it has {have}")
-        rows, chosen = found[0]["grid"], {family: row["name"] for family, row in found[0]["chosen"].items()}
+        rows, chosen = found[0]["grid"], {config: row["name"] for config, row in found[0]["chosen"].items()}
     return [r for r in rows if r.get("report") is not None and r["exit_layer"] is None], chosen
 
 
 def _curves(
     payload: Mapping[str, Any], template: str
 ) -> tuple[dict[str, dict[int, Mapping[str, Any]]], dict[str, str]]:
-    """family -> k -> row, for the one-parameter families (MASK0&BIDIR and the suggestion left out); ``F*`` at k 0;
-    and each family's chosen spec name."""
+    """config -> k -> row, for the one-parameter configs (MASK0&BIDIR and the suggestion left out); ``F*`` at k 0;
+    and each config's chosen spec name."""
     rows, chosen = _curve_rows(payload, template)
     curves: dict[str, dict[int, Mapping[str, Any]]] = {}
     for row in rows:
@@ -1018,10 +1019,10 @@ def _curves(
 
 
 def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str:
-    """A Markdown table of the families' curves over k on the reporting split (a study JSON run with
-    ``--report-grid``, or a NER study JSON): one row per k, one column per family, each cell the reported score
-    with its 95% interval, ``(chosen)`` where the family's spec was chosen. The ``k = 0`` row is ``F*``, where
-    every family starts.
+    """A Markdown table of the configs' curves over k on the reporting split (a study JSON run with
+    ``--report-grid``, or a NER study JSON): one row per k, one column per config, each cell the reported score
+    with its 95% interval, ``(chosen)`` where the config's spec was chosen. The ``k = 0`` row is ``F*``, where
+    every config starts.
 
     Raises:
         ValueError: if the payload has no grid scored on the reporting split, or no such template.
@@ -1030,15 +1031,15 @@ def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str
     base = curves.pop("F*", {}).get(0)
     if not curves:
         raise ValueError("no grid rows with a reporting score: run the study with --report-grid")
-    families = list(curves)
-    lines = ["| k | " + " | ".join(families) + " |", "|---" * (len(families) + 1) + "|"]
+    configs = list(curves)
+    lines = ["| k | " + " | ".join(configs) + " |", "|---" * (len(configs) + 1) + "|"]
     if base is not None:
-        lines.append("| 0 (`F*`) | " + " | ".join(_ci(base) for _ in families) + " |")
+        lines.append("| 0 (`F*`) | " + " | ".join(_ci(base) for _ in configs) + " |")
     for k in sorted({k for curve in curves.values() for k in curve}):
         cells = []
-        for family in families:
-            row = curves[family].get(k)
-            mark = " (chosen)" if row is not None and chosen.get(family) == row["name"] else ""
+        for config in configs:
+            row = curves[config].get(k)
+            mark = " (chosen)" if row is not None and chosen.get(config) == row["name"] else ""
             cells.append("" if row is None else _ci(row) + mark)
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -1047,7 +1048,7 @@ def curves_table(payload: Mapping[str, Any], template: str = NO_TEMPLATE) -> str
 def plot_curves(
     payloads: Mapping[str, Mapping[str, Any]], path: str | Path, template: str = NO_TEMPLATE, title: str = ""
 ) -> Path:
-    """The families' reported scores against k with their 95% intervals, one panel per payload (a study JSON run
+    """The configs' reported scores against k with their 95% intervals, one panel per payload (a study JSON run
     with ``--report-grid``, or a NER study JSON); ``F*`` is the dashed line and its band, chosen specs are ringed."""
     from nosink.evals.plotting import figure, save
 
@@ -1058,7 +1059,7 @@ def plot_curves(
         if base is not None:
             ax.axhline(base["report"], color="grey", linestyle="--", label="F*")
             ax.axhspan(base["low"], base["high"], color="grey", alpha=0.15)
-        for i, (family, curve) in enumerate(curves.items()):
+        for i, (config, curve) in enumerate(curves.items()):
             ks = sorted(curve)
             ys = [curve[k]["report"] for k in ks]
             err = [
@@ -1067,9 +1068,9 @@ def plot_curves(
             ]
             shift = (i - (len(curves) - 1) / 2) * 0.12  # the intervals of equal k side by side
             xs = [k + shift for k in ks]
-            ax.errorbar(xs, ys, yerr=err, marker="o", markersize=3, capsize=2, label=family, color=f"C{i}")
+            ax.errorbar(xs, ys, yerr=err, marker="o", markersize=3, capsize=2, label=config, color=f"C{i}")
             picked = [
-                (x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if chosen.get(family) == curve[k]["name"]
+                (x, curve[k]["report"]) for x, k in zip(xs, ks, strict=True) if chosen.get(config) == curve[k]["name"]
             ]
             if picked:
                 ax.scatter(*zip(*picked, strict=True), s=90, facecolors="none", edgecolors=f"C{i}", linewidths=1.5)
@@ -1089,29 +1090,29 @@ def plot_study(
     baselines: Mapping[str, Mapping[str, Any]] | None = None,
     title: str = "",
 ) -> Path:
-    """Reported scores with 95% intervals, one panel per model, templates on the x axis, one bar per family;
+    """Reported scores with 95% intervals, one panel per model, templates on the x axis, one bar per config;
     baselines as horizontal lines."""
     from nosink.evals.plotting import figure, save
 
     fig, axes = figure(1, len(payloads), figsize=(5.5 * len(payloads), 4), squeeze=False, sharey=True)
-    # every family any panel chose, in the order of first appearance: one colour and slot each across panels
-    families = list(dict.fromkeys(f for p in payloads.values() for t in p["templates"] for f in t["chosen"]))
-    width = min(0.2, 0.8 / max(len(families), 1))
+    # every config any panel chose, in the order of first appearance: one colour and slot each across panels
+    configs = list(dict.fromkeys(f for p in payloads.values() for t in p["templates"] for f in t["chosen"]))
+    width = min(0.2, 0.8 / max(len(configs), 1))
     for ax, (model, payload) in zip(axes[0], payloads.items(), strict=True):
         names = [t["template"] for t in payload["templates"]]
-        for j, fam in enumerate(families):
+        for j, cfg in enumerate(configs):
             xs, ys, err = [], [], [[], []]
             for i, t in enumerate(payload["templates"]):
-                row = t["chosen"].get(fam)
+                row = t["chosen"].get(cfg)
                 if row is not None:
-                    xs.append(i + (j - (len(families) - 1) / 2) * width)
+                    xs.append(i + (j - (len(configs) - 1) / 2) * width)
                     ys.append(row["report"])
                     err[0].append(row["report"] - row["low"])
                     err[1].append(row["high"] - row["report"])
             if xs:
-                ax.bar(xs, ys, width=width, yerr=err, capsize=2, label=fam, color=f"C{j}")
+                ax.bar(xs, ys, width=width, yerr=err, capsize=2, label=cfg, color=f"C{j}")
         for k, (name, base) in enumerate((baselines or {}).items()):
-            ax.axhline(base["result"]["report"], color=f"C{max(5, len(families)) + k}", linestyle="--", label=name)
+            ax.axhline(base["result"]["report"], color=f"C{max(5, len(configs)) + k}", linestyle="--", label=name)
         ax.set_xticks(range(len(names)), names, rotation=20)
         ax.set_xlim(-0.6, max(len(names), 3) - 0.4)  # bars keep their width when a model has few templates
         ax.set_title(model)
@@ -1123,15 +1124,15 @@ def plot_study(
 
 
 def plot_exits(payloads: Mapping[str, Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
-    """The reported score against the exit layer, per model and family (the full depth is the last point)."""
+    """The reported score against the exit layer, per model and config (the full depth is the last point)."""
     from nosink.evals.plotting import figure, save
 
     fig, ax = figure(1, 1, figsize=(9, 4.5))
     for model, payload in payloads.items():
         for t in payload["templates"]:
-            for fam, rows in t["exits"].items():
+            for cfg, rows in t["exits"].items():
                 pts = sorted((r["exit_layer"] or payload["depth"], r["report"]) for r in rows)
-                ax.plot(*zip(*pts, strict=True), marker="o", label=f"{model} {t['template']} {fam}")
+                ax.plot(*zip(*pts, strict=True), marker="o", label=f"{model} {t['template']} {cfg}")
     ax.set_xlabel("exit layer (layers run; the last point of each line is the full depth)")
     ax.set_ylabel("reported score")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -1166,15 +1167,15 @@ def interplay(payloads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """How the masks and each prompt template combine, from one model's study JSONs on one task.
 
     The JSONs must share the model, task, samples and seed; a template in several of them (the no-template one
-    often is) must choose the same best family and have the same spec and score for the families they share;
+    often is) must choose the same best config and have the same spec and score for the configs they share;
     of its copies, the first with the no-template rows beside it is read (else the first). One entry per
     template, in order of appearance:
 
-    - ``alone`` and ``with_mask``: the template's ``F*`` row and its best converted family's row (the family
+    - ``alone`` and ``with_mask``: the template's ``F*`` row and its best converted config's row (the config
       chosen on the choosing split);
     - ``mask``: the comparison of ``with_mask`` against ``alone`` on the reporting split (the mask under the
       template);
-    - ``prompt``: the comparison of ``with_mask`` against no template's same family (the template on top of the
+    - ``prompt``: the comparison of ``with_mask`` against no template's same config (the template on top of the
       mask); ``None`` for no template itself, and for a template run in a JSON without the no-template rows
       (the pair needs both in one run);
     - ``verdict``, from the two comparisons' 95% intervals (:func:`effect`): ``"add up"`` where each adds to the
@@ -1184,7 +1185,7 @@ def interplay(payloads: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     Raises:
         ValueError: if no JSON is given, if one is not a study JSON with templates, if they differ in model,
             task, samples or seed, if they give one template different choices or rows, or if a template has
-            no ``F*``, no converted family or no comparison of the two.
+            no ``F*``, no converted config or no comparison of the two.
     """
     if not payloads:
         raise ValueError("no study JSON given")
@@ -1217,11 +1218,11 @@ def _same_rows(name: str, a: tuple[int, Mapping[str, Any]], b: tuple[int, Mappin
             f"template {name!r}: JSON {i} chose {t['best_family']} as its best family and JSON {j} "
             f"{other['best_family']}; read runs of one grid together"
         )
-    for family in sorted(set(t["chosen"]) & set(other["chosen"])):
-        x, y = t["chosen"][family], other["chosen"][family]
+    for config in sorted(set(t["chosen"]) & set(other["chosen"])):
+        x, y = t["chosen"][config], other["chosen"][config]
         if x["name"] != y["name"] or not np.isclose(x["report"], y["report"], rtol=0, atol=1e-6):
             raise ValueError(
-                f"template {name!r}, family {family}: JSON {i} has {x['name']!r} reporting {x['report']:.6f}, "
+                f"template {name!r}, family {config}: JSON {i} has {x['name']!r} reporting {x['report']:.6f}, "
                 f"JSON {j} {y['name']!r} reporting {y['report']:.6f}; runs that differ there (another grid, "
                 "sample or thread count) cannot be read together"
             )
@@ -1628,15 +1629,15 @@ def study_task(
     restricted: Sequence[str] = ("MetaEOL",),
     meta: Mapping[str, Any] | None = None,
     batch_size: int = 32,
-    exit_families: Sequence[str] = ("F*", "best"),
+    exit_configs: Sequence[str] = ("F*", "best"),
     report_grid: bool = False,
     show_progress_bar: bool = False,
 ) -> dict[str, Any]:
     """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
 
     Templates named in ``restricted`` are scored only at the specs the first template chose (no grid).
-    ``exits`` are tried for the chosen specs of ``exit_families`` (by default ``F*`` and the better converted
-    family), for the templates in ``exit_templates``. ``report_grid`` scores every grid candidate of the templates
+    ``exits`` are tried for the chosen specs of ``exit_configs`` (by default ``F*`` and the better converted
+    config), for the templates in ``exit_templates``. ``report_grid`` scores every grid candidate of the templates
     with a grid on the reporting split too (see :func:`run_template`); ``show_progress_bar`` shows a bar per long
     encoding pass.
 
@@ -1657,7 +1658,7 @@ def study_task(
             template,
             suggestion=suggestion if template is None else None,
             exits=exits if template in exit_templates else (),
-            exit_families=exit_families,
+            exit_configs=exit_configs,
             batch_size=batch_size,
             restrict=restrict,
             report_grid=report_grid,
@@ -1704,11 +1705,11 @@ def _ner_payload(result: NERStudy, candidates: Sequence[Candidate], meta: Mappin
             "per_seed": result.per_seed[c], "n_report": result.report[c].n,
         })  # fmt: skip
     full = {c: result.choose[c] for c in candidates if c.exit_layer is None}
-    chosen = choose_by_family(full)
+    chosen = choose_by_config(full)
     out: dict[str, Any] = {"task": "CoNLL-2003 NER", "metric": "entity F1 (mean of seeds)", **meta, "rows": rows}
     out["chosen"] = {f: c.name for f, c in chosen.items()}
     converted = _converted(chosen)
-    pairs = [(kind, chosen[a], chosen[b]) for kind, a, b in family_pairs(chosen)]
+    pairs = [(kind, chosen[a], chosen[b]) for kind, a, b in config_pairs(chosen)]
     if "SUGGESTED" in chosen and converted:
         pairs.append(
             ("suggested vs best swept", chosen["SUGGESTED"], chosen[max(converted, key=lambda f: full[chosen[f]])])
@@ -1772,16 +1773,19 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
         default=[1, 2, 4],
         help="top layers that also hide the sink (k0 = 0 is F* | B*k, already in the grid)",
     )
-    parser.add_argument("--families", nargs="+", choices=GRID_FAMILIES, default=list(FAMILIES[1:]),
-                        help="the paper's families to sweep over --ks beside F* (MASK0-ALL is one spec, M0B*; "
+    # --families and --exit-families: the flags' first names, still taken
+    parser.add_argument("--configs", "--families", dest="configs", nargs="+", choices=GRID_CONFIGS,
+                        default=list(DEFAULT_CONFIGS[1:]),
+                        help="the paper's configurations to sweep over --ks beside F* (MASK0-ALL is one spec, M0B*; "
                         "MASK0&BIDIR also sweeps --k0s)")  # fmt: skip
     parser.add_argument("--report-grid", action="store_true",
-                        help="score every grid spec on the reporting split too, not only each family's chosen one "
-                        "(the families' curves over k, with paired comparisons along k; NER always does)")  # fmt: skip
+                        help="score every grid spec on the reporting split too, not only each config's chosen one "
+                        "(the configs' curves over k, with paired comparisons along k; NER always does)")  # fmt: skip
     parser.add_argument("--exits", type=count_arg(), nargs="*", default=[], help="exit layers to try")
-    parser.add_argument("--exit-families", nargs="+", choices=EXIT_FAMILIES, default=["F*", "best"],
-                        help="families whose chosen spec is tried at --exits ('best': the converted family that "
-                        "scores best on the choosing split; the others must be in --families)")  # fmt: skip
+    parser.add_argument("--exit-configs", "--exit-families", dest="exit_configs", nargs="+", choices=EXIT_CONFIGS,
+                        default=["F*", "best"],
+                        help="configs whose chosen spec is tried at --exits ('best': the converted config that "
+                        "scores best on the choosing split; the others must be in --configs)")  # fmt: skip
     parser.add_argument("--exit-templates", nargs="*", type=_template_name, default=[NO_TEMPLATE],
                         help="templates whose chosen specs are tried at --exits")  # fmt: skip
     parser.add_argument(
@@ -1835,7 +1839,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         FileNotFoundError: if ``--data`` is not a folder, or lacks the folder of a task asked for (or
             ``stsb/``, whose training sentences the suggestion profiles).
         ValueError: for a ``--select`` sample of 1 or fewer than 0 items, or with ``--no-suggestion``; for an
-            exit family not in ``--families``; for an exit layer at or above the model's depth.
+            exit config not in ``--configs``; for an exit layer at or above the model's depth.
     """
     import torch
 
@@ -1847,13 +1851,13 @@ def run(args: argparse.Namespace, command: str) -> int:
         raise ValueError(f"--select takes the sample size, at least 2 (0: no selection stage), got {select}")
     if select and args.no_suggestion:
         raise ValueError("--select picks the suggestion: it cannot go with --no-suggestion; drop one of them")
-    families = list(getattr(args, "families", FAMILIES[1:]))
-    exit_families = list(getattr(args, "exit_families", ["F*", "best"]))
-    outside = [f for f in exit_families if f not in ("F*", "best", *families)]
+    configs = list(getattr(args, "configs", DEFAULT_CONFIGS[1:]))
+    exit_configs = list(getattr(args, "exit_configs", ["F*", "best"]))
+    outside = [f for f in exit_configs if f not in ("F*", "best", *configs)]
     if outside:
         raise ValueError(
-            f"--exit-families {' '.join(outside)}: not swept, so never chosen; add them to --families "
-            f"(now {' '.join(families)}) or drop them"
+            f"--exit-configs {' '.join(outside)}: not swept, so never chosen; add them to --configs "
+            f"(now {' '.join(configs)}) or drop them"
         )
     data, out = Path(args.data), Path(args.out)
     _check_data(data, args.tasks, suggestion=not args.no_suggestion and args.model not in BASELINES)
@@ -1928,7 +1932,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         )
     report_grid = bool(getattr(args, "report_grid", False))
     progress = bool(getattr(args, "progress", False))
-    candidates = grid(encoder.depth, args.ks, args.k0s, families)
+    candidates = grid(encoder.depth, args.ks, args.k0s, configs)
     conll = _conll(data, args.ner_train, args.ner_dev) if "ner" in args.tasks else None
     suggestion = None
     selections: dict[str, tuple[Candidate, dict[str, Any]]] = {}
@@ -1950,7 +1954,8 @@ def run(args: argparse.Namespace, command: str) -> int:
                 selections["ner"] = chosen, record | {"profile_texts": len(texts), "midpoint": why}
     meta |= {
         "depth": encoder.depth, "grid": [c.name for c in candidates], "exits": args.exits,
-        "exit_families": exit_families, "restricted_templates": args.restricted, "families": families,
+        # the keys of the committed results (docs/results/study), which tables and tests read back
+        "exit_families": exit_configs, "restricted_templates": args.restricted, "families": configs,
         "report_grid": report_grid,
     }  # fmt: skip
     for key, task in tasks.items():
@@ -1961,7 +1966,7 @@ def run(args: argparse.Namespace, command: str) -> int:
         study_task(
             encoder, task, out / f"{key}.json", templates, candidates, task_suggestion, args.exits, exit_templates,
             restricted=args.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=args.batch_size,
-            exit_families=exit_families, report_grid=report_grid, show_progress_bar=progress,
+            exit_configs=exit_configs, report_grid=report_grid, show_progress_bar=progress,
         )  # fmt: skip
     if conll is not None:
         train, dev = conll
@@ -1970,13 +1975,13 @@ def run(args: argparse.Namespace, command: str) -> int:
             ner_suggestion, record = selections["ner"]
             ner_meta = meta | {"suggestion": record}
         ner_cands = list(candidates) + ([ner_suggestion] if ner_suggestion is not None else [])
-        if "F*" in exit_families:  # F*'s exits share every layer with F*: they come free in the first pass
+        if "F*" in exit_configs:  # F*'s exits share every layer with F*: they come free in the first pass
             ner_cands += exit_candidates(Candidate("F*", "F*"), encoder.depth, args.exits)
         result = ner_study(encoder, train, dev, ner_cands, show_progress_bar=progress)
-        chosen = choose_by_family({c: result.choose[c] for c in ner_cands if c.exit_layer is None})
+        chosen = choose_by_config({c: result.choose[c] for c in ner_cands if c.exit_layer is None})
         if args.exits:
-            families = [f for f in exit_families_of(exit_families, chosen, result.choose) if f != "F*"]
-            more = [c for f in families for c in exit_candidates(chosen[f], encoder.depth, args.exits)]
+            configs = [f for f in exit_configs_of(exit_configs, chosen, result.choose) if f != "F*"]
+            more = [c for f in configs for c in exit_candidates(chosen[f], encoder.depth, args.exits)]
             if more:
                 extra = ner_study(encoder, train, dev, more, show_progress_bar=progress)
                 for d in ("choose", "report", "per_seed"):

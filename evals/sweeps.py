@@ -1,12 +1,12 @@
-"""Sweeps over the paper's configuration families (k = converted layers, k0 = no-sink layers).
+"""Sweeps over the paper's configurations (k = converted layers, k0 = no-sink layers).
 
-A sweep evaluates every spec of the chosen families in one pass over the data: the encoder runs
+A sweep evaluates every spec of the chosen configs in one pass over the data: the encoder runs
 the specs as a prefix tree, so layers below the lowest converted one (and, for MASK0&BIDIR, the
 bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per spec.
 
->>> [(c.config, c.k, str(c.spec)) for c in family_specs("MASK0-BIDIR", depth=30, ks=[2, 4])]
+>>> [(c.config, c.k, str(c.spec)) for c in config_specs("MASK0-BIDIR", depth=30, ks=[2, 4])]
 [('MASK0-BIDIR', 2, 'F* | M0B*2'), ('MASK0-BIDIR', 4, 'F* | M0B*4')]
->>> [(c.k, c.k0) for c in family_specs("MASK0&BIDIR", depth=30, ks=[4, 8], k0s=[2, 4])]
+>>> [(c.k, c.k0) for c in config_specs("MASK0&BIDIR", depth=30, ks=[4, 8], k0s=[2, 4])]
 [(4, 2), (8, 2), (4, 4), (8, 4)]
 """
 
@@ -25,10 +25,10 @@ from nosink.layerspec import Spec, presets
 
 __all__ = [
     "CONFIGS",
-    "Candidate",
+    "SweepPoint",
     "best",
     "default_ks",
-    "family_specs",
+    "config_specs",
     "plot_sweep",
     "read_table",
     "write_table",
@@ -43,8 +43,8 @@ EXTEND_MAX_K = 5  # the paper stops EXTEND at 5 extra layers
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """One spec of a sweep and where it sits in its family."""
+class SweepPoint:
+    """One point of a sweep: a configuration at one k (and k0), its spec and its scores."""
 
     config: str  # paper name, or BASELINE
     k: int  # converted layers (0 for the baseline)
@@ -63,22 +63,22 @@ def default_ks(depth: int) -> list[int]:
     return [k for k in ks if k < depth] + [depth]
 
 
-def family_specs(
+def config_specs(
     config: str, depth: int, ks: Iterable[int] | None = None, k0s: Iterable[int] | None = None
-) -> list[Candidate]:
-    """The specs of one configuration family on a model of ``depth`` layers.
+) -> list[SweepPoint]:
+    """The specs of one configuration on a model of ``depth`` layers.
 
     ``BASELINE`` is one spec; ``MASK0&BIDIR`` takes every (k, k0) with k0 <= k from ``ks`` x ``k0s``
     (default k0s: 1, 2, 3). EXTEND is limited to k <= 5 (the paper stops EXTEND at 5).
 
     Raises:
         ValueError: for an unknown configuration, a k or k0 that is not an integer from 1 to ``depth``,
-            or a grid that gives the family no spec at all (EXTEND with every k above 5, say).
+            or a grid that gives the config no spec at all (EXTEND with every k above 5, say).
     """
     positive_int(depth, "depth")
     key = config.upper().replace("MASKO", "MASK0")
     if key == "BASELINE":
-        return [Candidate("BASELINE", 0, presets.baseline())]
+        return [SweepPoint("BASELINE", 0, presets.baseline())]
     if key != "MASK0&BIDIR" and key not in CONFIGS:
         raise ValueError(
             f"unknown configuration {config!r}; expected BASELINE, MASK0&BIDIR or one of {sorted(CONFIGS)}"
@@ -86,10 +86,10 @@ def family_specs(
     ks = _grid(ks if ks is not None else default_ks(depth), "ks", depth)
     if key == "MASK0&BIDIR":
         k0s = _grid(k0s if k0s is not None else [k0 for k0 in (1, 2, 3) if k0 <= depth], "k0s", depth)
-        out = [Candidate(key, k, presets.mask0_and_bidir(k, k0), k0) for k0 in k0s for k in ks if k0 <= k]
+        out = [SweepPoint(key, k, presets.mask0_and_bidir(k, k0), k0) for k0 in k0s for k in ks if k0 <= k]
     else:
         limit = EXTEND_MAX_K if key.startswith("EXTEND") else depth
-        out = [Candidate(key, k, CONFIGS[key](k)) for k in ks if k <= limit]
+        out = [SweepPoint(key, k, CONFIGS[key](k)) for k in ks if k <= limit]
     if not out:
         why = f"EXTEND stops at k={EXTEND_MAX_K}" if key.startswith("EXTEND") else "every k0 is above every k"
         raise ValueError(
@@ -109,16 +109,16 @@ def _grid(values: Iterable[int], name: str, depth: int) -> list[int]:
     return sorted(set(values))
 
 
-def best(candidates: Sequence[Candidate], metric: str) -> dict[str, Candidate]:
+def best(candidates: Sequence[SweepPoint], metric: str) -> dict[str, SweepPoint]:
     """The best candidate of each configuration by ``metric`` (ties: the smaller k)."""
-    out: dict[str, Candidate] = {}
+    out: dict[str, SweepPoint] = {}
     for c in sorted(candidates, key=lambda c: (c.k, c.k0 or 0)):
         if metric in c.scores and (c.config not in out or c.scores[metric] > out[c.config].scores[metric]):
             out[c.config] = c
     return out
 
 
-def write_table(candidates: Sequence[Candidate], folder: str | Path, name: str, meta: dict[str, Any]) -> list[Path]:
+def write_table(candidates: Sequence[SweepPoint], folder: str | Path, name: str, meta: dict[str, Any]) -> list[Path]:
     """Write ``name.json`` (rows plus ``meta``) and ``name.csv`` into ``folder``; returns the paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def write_table(candidates: Sequence[Candidate], folder: str | Path, name: str, 
     return [json_path, csv_path]
 
 
-def read_table(path: str | Path) -> tuple[list[Candidate], dict[str, Any]]:
+def read_table(path: str | Path) -> tuple[list[SweepPoint], dict[str, Any]]:
     """Candidates and metadata back from a JSON table written by :func:`write_table` (to re-plot, say).
 
     Raises:
@@ -146,14 +146,14 @@ def read_table(path: str | Path) -> tuple[list[Candidate], dict[str, Any]]:
         raise ValueError(f"{path} is not a sweep table (no 'rows')")
     fixed = {"config", "k", "k0", "spec"}
     candidates = [
-        Candidate(r["config"], r["k"], parse_spec(r["spec"]), r.get("k0"),
+        SweepPoint(r["config"], r["k"], parse_spec(r["spec"]), r.get("k0"),
                   {k: v for k, v in r.items() if k not in fixed})
         for r in data["rows"]
     ]  # fmt: skip
     return candidates, data.get("meta", {})
 
 
-def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, title: str = "") -> Path:
+def plot_sweep(candidates: Sequence[SweepPoint], metric: str, path: str | Path, title: str = "") -> Path:
     """Score against k, one line per configuration (MASK0&BIDIR: one per k0), BASELINE as a dashed line.
 
     The style of the paper's Figures 2, 4 and 6. Writes PNG or SVG by ``path``'s suffix.
@@ -161,7 +161,7 @@ def plot_sweep(candidates: Sequence[Candidate], metric: str, path: str | Path, t
     from .plotting import figure, save
 
     fig, ax = figure(figsize=(7, 4.2), dpi=120)
-    lines: dict[str, list[Candidate]] = {}
+    lines: dict[str, list[SweepPoint]] = {}
     for c in candidates:
         if metric not in c.scores:
             continue

@@ -198,7 +198,7 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     out = tmp_path / "out"
     args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(out), "--tasks", "sts", "ner",
             "--templates", "instruction", "prompt-eol", "--restricted", "PromptEOL", "--ks", "2", "--k0s", "1",
-            "--exits", "2", "--exit-families", "F*", "INPLACE-BIDIR", "MASK0&BIDIR", "--ner-train", "24",
+            "--exits", "2", "--exit-configs", "F*", "INPLACE-BIDIR", "MASK0&BIDIR", "--ner-train", "24",
             "--ner-dev", "12"]  # fmt: skip
     assert main(args) == 0
     sts, ner = json.loads((out / "sts.json").read_text()), json.loads((out / "ner.json").read_text())
@@ -227,8 +227,8 @@ def test_eval_study_end_to_end_on_a_tiny_model(saved, tmp_path, capsys):
     assert results_table(sts) in printed and f"{out / 'ner.json'}" in printed
 
 
-def test_eval_study_sweeps_the_papers_families_with_curves_on_the_reporting_split(saved, tmp_path, capsys):
-    """``--families`` and ``--report-grid``: every family's spec at every k is scored on both splits (STS and NER),
+def test_eval_study_sweeps_the_papers_configs_with_curves_on_the_reporting_split(saved, tmp_path, capsys):
+    """``--configs`` and ``--report-grid``: every config's spec at every k is scored on both splits (STS and NER),
     with the paired comparisons along k, and the curves table renders from the JSON."""
     import json
 
@@ -237,7 +237,7 @@ def test_eval_study_sweeps_the_papers_families_with_curves_on_the_reporting_spli
     _study_data(tmp_path / "data")
     out = tmp_path / "out"
     args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(out), "--tasks", "sts", "ner",
-            "--templates", "instruction", "--families", "INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL", "--ks", "2", "4",
+            "--templates", "instruction", "--configs", "INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL", "--ks", "2", "4",
             "--report-grid", "--no-suggestion", "--ner-train", "24", "--ner-dev", "12"]  # fmt: skip
     assert main(args) == 0
     sts, ner = json.loads((out / "sts.json").read_text()), json.loads((out / "ner.json").read_text())
@@ -259,14 +259,14 @@ def test_eval_study_sweeps_the_papers_families_with_curves_on_the_reporting_spli
         assert len(table.splitlines()) == 5  # header, rule, F*, k = 2, k = 4
 
 
-def test_eval_study_refuses_exit_families_it_does_not_sweep(saved, tmp_path, capsys):
+def test_eval_study_refuses_exit_configs_it_does_not_sweep(saved, tmp_path, capsys):
     _study_data(tmp_path / "data")
     args = ["eval", "study", str(saved), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
-            "--no-suggestion", "--ks", "2", "--exits", "2", "--exit-families", "F*", "MASK0-BIDIR"]  # fmt: skip
+            "--no-suggestion", "--ks", "2", "--exits", "2", "--exit-configs", "F*", "MASK0-BIDIR"]  # fmt: skip
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert "--exit-families MASK0-BIDIR: not swept, so never chosen; add them to --families" in err
-    assert main([*args, "--families", "INPLACE-BIDIR", "MASK0-BIDIR", "--templates", "instruction"]) == 0
+    assert "--exit-configs MASK0-BIDIR: not swept, so never chosen; add them to --configs" in err
+    assert main([*args, "--configs", "INPLACE-BIDIR", "MASK0-BIDIR", "--templates", "instruction"]) == 0
 
 
 def test_eval_study_refuses_an_exit_at_or_above_the_models_depth(saved, tmp_path, capsys):

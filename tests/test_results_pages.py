@@ -82,8 +82,8 @@ def test_ner_sweep_table_equals_its_csv():
             assert shown(float(row["f1"]), cell), (config, k, k0, cell, row["f1"])
             checked += 1
         bold = [cell for cell in cells[1:] if cell.startswith("**")]
-        family = [float(r["f1"]) for r in NER if r["config"] == config and r["k0"] == k0]
-        assert len(bold) == 1 and shown(max(family), bold[0]), (config, k0)  # the bold one is the row's best
+        swept = [float(r["f1"]) for r in NER if r["config"] == config and r["k0"] == k0]
+        assert len(bold) == 1 and shown(max(swept), bold[0]), (config, k0)  # the bold one is the row's best
     assert checked >= 45
     assert f"BASELINE (`F*`) is **{float(NER[0]['f1']):.3f}**" in PAGE
 
@@ -134,8 +134,8 @@ def test_best_spec_tables_equal_the_sweeps(column, folders, metric):
     for cells in found[0][1:]:
         config, spec, cell = cells[0], spec_in(cells[1]), cells[2]
         assert shown(scores[spec], cell), (config, spec, cell)
-        family = [float(r[metric]) for r in rows if r["config"] == config]
-        assert scores[spec] == max(family), (config, spec)  # the best spec is the family's best
+        swept = [float(r[metric]) for r in rows if r["config"] == config]
+        assert scores[spec] == max(swept), (config, spec)  # the best spec is the best of its config's sweep
 
 
 def test_suggestion_search_table_equals_its_csv():
@@ -304,10 +304,10 @@ def test_template_runs_repeat_the_first_runs_instruction_rows(name):
     assert payload["data"] == first["data"] and payload["seed"] == first["seed"], name
     (new,) = [t for t in payload["templates"] if t["template"] == "instruction"]
     (old,) = [t for t in first["templates"] if t["template"] == "instruction"]
-    for family, row in new["chosen"].items():
-        assert row["spec"] == old["chosen"][family]["spec"], (name, family)
+    for config, row in new["chosen"].items():
+        assert row["spec"] == old["chosen"][config]["spec"], (name, config)
         for key in ("choose", "report", "low", "high"):
-            assert row[key] == pytest.approx(old["chosen"][family][key], abs=1e-6), (name, family, key)
+            assert row[key] == pytest.approx(old["chosen"][config][key], abs=1e-6), (name, config, key)
 
 
 # Qwen2.5-Coder-1.5B past the first grid's edge (k up to 28, exits) has its own STS-B subsection that states its

@@ -123,7 +123,7 @@ def test_selection_for_scores_the_profiles_candidates_on_the_sample():
     cands = candidate_specs(profile, 4)
     assert [c["spec"] for c in record["candidates"]] == [str(c.spec) for c in cands]
     best = max(record["candidates"], key=lambda c: c["score"])
-    assert chosen.family == "SUGGESTED" and chosen.spec == best["spec"] == record["spec"]
+    assert chosen.config == "SUGGESTED" and chosen.spec == best["spec"] == record["spec"]
     small = selection_sample(task, 6)
     assert record["texts_encoded"] == len(small.texts("choose"))
     assert record["text_spec_encodings"] == len(cands) * record["texts_encoded"]
@@ -198,7 +198,7 @@ def test_ner_selection_probes_the_candidates_on_a_training_sample_and_the_choosi
                  seeds=(0,), split_seed=None)  # fmt: skip
     assert [c["score"] for c in record["candidates"]] == [again.choose[c] for c in again.choose]
     best = max(record["candidates"], key=lambda c: c["score"])
-    assert chosen.family == "SUGGESTED" and chosen.spec == best["spec"] == record["spec"]
+    assert chosen.config == "SUGGESTED" and chosen.spec == best["spec"] == record["spec"]
     assert record["texts_encoded"] == 8 + 6 and record["text_spec_encodings"] == len(cands) * 14
     assert record["sample"] == 8 and record["choose_sentences"] == 6
     assert ner_selection_for(encoder, profile, train, dev, 50)[1]["sample"] == 20  # all of them, no more

@@ -11,20 +11,20 @@ from nosink import EncoderFromDecoder
 from nosink.evals import stats
 from nosink.evals.ner import Sentence
 from nosink.evals.study import (
-    FAMILIES,
+    DEFAULT_CONFIGS,
     NO_TEMPLATE,
     Candidate,
     ClassificationTask,
     EmbeddingCache,
     RetrievalTask,
     STSTask,
-    choose_by_family,
+    choose_by_config,
     comparisons,
     converted_layers,
     curves_table,
     effect,
     exit_candidates,
-    exit_families_of,
+    exit_configs_of,
     grid,
     interplay,
     interplay_counts_table,
@@ -62,11 +62,11 @@ def sts_task(n_choose=10, n_report=12):
     return STSTask("tiny-sts", pairs[:n_choose], pairs[n_choose:], instruction="what is ")
 
 
-def test_grid_holds_each_family_with_k0_below_k():
+def test_grid_holds_each_config_with_k0_below_k():
     names = [c.name for c in grid(12, ks=[3, 6], k0s=[1, 4])]
     assert names == ["F*", "F* | B*3", "F* | B*6", "F* | B*2 | M0B", "F* | B*5 | M0B", "F* | B*2 | M0B*4"]
-    assert {c.family for c in grid(30)} == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR"}
-    assert [c.name for c in grid(30) if c.family == "INPLACE-BIDIR"] == ["F* | B*7", "F* | B*15", "F* | B*20"]
+    assert {c.config for c in grid(30)} == {"F*", "INPLACE-BIDIR", "MASK0&BIDIR"}
+    assert [c.name for c in grid(30) if c.config == "INPLACE-BIDIR"] == ["F* | B*7", "F* | B*15", "F* | B*20"]
     with pytest.raises(ValueError, match="k <= 4"):
         grid(4, ks=[5])
 
@@ -76,16 +76,16 @@ def test_exit_candidates_skip_the_full_depth_and_specs_that_do_not_fit():
     assert [(c.exit_layer, c.name) for c in cands] == [(4, "F* | B*3 @ exit 4"), (5, "F* | B*3 @ exit 5")]
 
 
-def test_choose_by_family_takes_each_familys_best_and_leaves_exits_out():
+def test_choose_by_config_takes_each_configs_best_and_leaves_exits_out():
     scores = {
         Candidate("F*", "F*"): 0.1,
         Candidate("INPLACE-BIDIR", "F* | B*2"): 0.4,
         Candidate("INPLACE-BIDIR", "F* | B*3"): 0.3,
         Candidate("INPLACE-BIDIR", "F* | B*2", exit_layer=3): 0.9,
     }
-    best = choose_by_family(scores)
+    best = choose_by_config(scores)
     assert best == {"F*": Candidate("F*", "F*"), "INPLACE-BIDIR": Candidate("INPLACE-BIDIR", "F* | B*2")}
-    assert choose_by_family(scores, full_depth_only=False)["INPLACE-BIDIR"].exit_layer == 3
+    assert choose_by_config(scores, full_depth_only=False)["INPLACE-BIDIR"].exit_layer == 3
 
 
 def test_cache_equals_encode_specs_and_encodes_each_text_once():
@@ -144,16 +144,16 @@ def test_classification_refuses_a_training_sample_too_small_to_hold_out_validati
     assert len(ClassificationTask("tiny-cls", train * 2, [("test", "a")])._split[1]) == 4  # four of a label: one each
 
 
-def test_run_template_reports_each_familys_choice_on_the_other_split():
+def test_run_template_reports_each_configs_choice_on_the_other_split():
     encoder, task = tiny_encoder(), sts_task()
     cands = grid(encoder.depth, ks=[2, 3], k0s=[1])
     suggestion = Candidate("SUGGESTED", "F* | B*2 | M0B*2")
-    result = run_template(encoder, task, cands, None, suggestion=suggestion, exits=[2, 3], exit_families=("F*", "best"))
+    result = run_template(encoder, task, cands, None, suggestion=suggestion, exits=[2, 3], exit_configs=("F*", "best"))
     scores = {s.candidate: s.choose for s in result.grid}
     assert set(scores) == set(cands) | {suggestion}
-    for fam, chosen in result.chosen.items():
-        if fam != "SUGGESTED":
-            assert chosen.choose == max(v for c, v in scores.items() if c.family == fam)
+    for cfg, chosen in result.chosen.items():
+        if cfg != "SUGGESTED":
+            assert chosen.choose == max(v for c, v in scores.items() if c.config == cfg)
         assert chosen.report is not None and chosen.report.n == len(task.report)
     # the reported number is the chosen spec scored afresh on the reporting split
     vectors = EmbeddingCache(encoder, None, task.instruction).vectors
@@ -268,7 +268,7 @@ def test_cache_with_a_per_text_instruction_encodes_each_group_with_its_own():
 def test_run_template_on_retrieval_reports_on_the_other_queries():
     encoder, task = tiny_encoder(), retrieval_task()
     result = run_template(encoder, task, grid(encoder.depth, ks=[2], k0s=[1]), None)
-    assert set(result.chosen) == set(FAMILIES)
+    assert set(result.chosen) == set(DEFAULT_CONFIGS)
     for scored in result.chosen.values():
         assert 0 <= scored.choose <= 1 and scored.report.n == len(task.report)
     prompt = run_template(encoder, task, [], "PromptEOL", restrict={f: s.candidate for f, s in result.chosen.items()})
@@ -347,34 +347,34 @@ def test_load_massive_chooses_on_validation(tmp_path):
     assert task.instruction.startswith("Instruct: Given a user utterance")
 
 
-def test_exit_families_resolve_best_and_keep_the_order():
+def test_exit_configs_resolve_best_and_keep_the_order():
     specs = {"F*": "F*", "INPLACE-BIDIR": "F* | B*2", "MASK0&BIDIR": "F* | B | M0B"}
     chosen = {f: Candidate(f, spec) for f, spec in specs.items()}
     scores = {chosen["F*"]: 0.1, chosen["INPLACE-BIDIR"]: 0.5, chosen["MASK0&BIDIR"]: 0.4}
-    assert exit_families_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BIDIR"]
+    assert exit_configs_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BIDIR"]
     scores[chosen["MASK0&BIDIR"]] = 0.6
-    assert exit_families_of(["best", "F*"], chosen, scores) == ["MASK0&BIDIR", "F*"]
-    both = exit_families_of(["INPLACE-BIDIR", "MASK0&BIDIR", "best"], chosen, scores)
+    assert exit_configs_of(["best", "F*"], chosen, scores) == ["MASK0&BIDIR", "F*"]
+    both = exit_configs_of(["INPLACE-BIDIR", "MASK0&BIDIR", "best"], chosen, scores)
     assert both == ["INPLACE-BIDIR", "MASK0&BIDIR"]  # "best" is one of them: tried once
     only_f = {"F*": chosen["F*"]}
-    assert exit_families_of(["F*", "best", "MASK0&BIDIR"], only_f, scores) == ["F*"]  # nothing converted chosen
-    with pytest.raises(ValueError, match="unknown exit families"):
-        exit_families_of(["BACK"], chosen, scores)
+    assert exit_configs_of(["F*", "best", "MASK0&BIDIR"], only_f, scores) == ["F*"]  # nothing converted chosen
+    with pytest.raises(ValueError, match="unknown exit configs"):
+        exit_configs_of(["BACK"], chosen, scores)
 
 
-def test_run_template_tries_exits_on_every_named_family():
+def test_run_template_tries_exits_on_every_named_config():
     encoder, task = tiny_encoder(), sts_task()
     cands = grid(encoder.depth, ks=[2, 3], k0s=[1])
-    result = run_template(encoder, task, cands, None, exits=[2, 3], exit_families=("INPLACE-BIDIR", "MASK0&BIDIR"))
+    result = run_template(encoder, task, cands, None, exits=[2, 3], exit_configs=("INPLACE-BIDIR", "MASK0&BIDIR"))
     assert set(result.exits) == {"INPLACE-BIDIR", "MASK0&BIDIR"}  # and not F*
-    for fam, rows in result.exits.items():
-        spec = result.chosen[fam].candidate.spec
+    for cfg, rows in result.exits.items():
+        spec = result.chosen[cfg].candidate.spec
         assert {r.candidate.spec for r in rows} == {spec} and None in {r.candidate.exit_layer for r in rows}
         assert all(r.report is not None for r in rows)
-        assert result.exit_choice[fam].choose == max(r.choose for r in rows)
+        assert result.exit_choice[cfg].choose == max(r.choose for r in rows)
 
 
-def test_the_exit_families_option_is_parsed_and_checked(tmp_path, capsys):
+def test_the_exit_configs_option_is_parsed_and_checked(tmp_path, capsys):
     import argparse
 
     from nosink.evals.study import add_arguments
@@ -382,31 +382,31 @@ def test_the_exit_families_option_is_parsed_and_checked(tmp_path, capsys):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     base = ["demo", "--data", str(tmp_path), "--out", str(tmp_path)]
-    assert parser.parse_args(base).exit_families == ["F*", "best"]
+    assert parser.parse_args(base).exit_configs == ["F*", "best"]
     both = parser.parse_args([*base, "--exit-families", "INPLACE-BIDIR", "MASK0&BIDIR"])
-    assert both.exit_families == ["INPLACE-BIDIR", "MASK0&BIDIR"]
+    assert both.exit_configs == ["INPLACE-BIDIR", "MASK0&BIDIR"]
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--exit-families", "BACK"])
-    assert "argument --exit-families: invalid choice: 'BACK'" in capsys.readouterr().err
+    assert "argument --exit-configs/--exit-families: invalid choice: 'BACK'" in capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------- the paper's families
+# ---------------------------------------------------------------------------------------- the paper's configs
 
 
-def test_grid_sweeps_the_papers_families_in_the_order_given():
-    names = [c.name for c in grid(12, ks=[3, 6], k0s=[1], families=["MASK0-BIDIR", "INPLACE-BACK", "MASK0-ALL"])]
+def test_grid_sweeps_the_papers_configs_in_the_order_given():
+    names = [c.name for c in grid(12, ks=[3, 6], k0s=[1], configs=["MASK0-BIDIR", "INPLACE-BACK", "MASK0-ALL"])]
     assert names == ["F*", "F* | M0B*3", "F* | M0B*6", "F* | R*3", "F* | R*6", "M0B*"]
-    fams = ["INPLACE-BIDIR", "MASK0-FOR", "MASK0&BIDIR"]
-    assert {c.family: c.spec for c in grid(12, ks=[3], k0s=[1], families=fams)} == {
+    cfgs = ["INPLACE-BIDIR", "MASK0-FOR", "MASK0&BIDIR"]
+    assert {c.config: c.spec for c in grid(12, ks=[3], k0s=[1], configs=cfgs)} == {
         "F*": "F*", "INPLACE-BIDIR": "F* | B*3", "MASK0-FOR": "F* | M0F*3", "MASK0&BIDIR": "F* | B*2 | M0B",
     }  # fmt: skip
-    assert grid(12, ks=[3], k0s=[1]) == grid(12, ks=[3], k0s=[1], families=["INPLACE-BIDIR", "MASK0&BIDIR"])
-    with pytest.raises(ValueError, match=r"unknown families \['BACK'\]"):
-        grid(12, families=["BACK"])
+    assert grid(12, ks=[3], k0s=[1]) == grid(12, ks=[3], k0s=[1], configs=["INPLACE-BIDIR", "MASK0&BIDIR"])
+    with pytest.raises(ValueError, match=r"unknown configs \['BACK'\]"):
+        grid(12, configs=["BACK"])
 
 
 def test_converted_layers_counts_every_layer_not_plain_forward():
-    assert [converted_layers(c.spec, 12) for c in grid(12, ks=[3, 12], k0s=[2], families=["INPLACE-BACK"])] == [
+    assert [converted_layers(c.spec, 12) for c in grid(12, ks=[3, 12], k0s=[2], configs=["INPLACE-BACK"])] == [
         0, 3, 12,
     ]  # fmt: skip
     assert converted_layers("M0B*", 12) == 12 and converted_layers("F* | B*3 | M0B*2", 12) == 5
@@ -416,7 +416,7 @@ def test_converted_layers_counts_every_layer_not_plain_forward():
 def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_path):
     encoder, task = tiny_encoder(), sts_task()
     depth = encoder.depth
-    cands = grid(depth, ks=[2, depth], k0s=[1], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])
+    cands = grid(depth, ks=[2, depth], k0s=[1], configs=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR", "MASK0-ALL"])
     result = run_template(encoder, task, cands, None, report_grid=True)
     assert [s.candidate for s in result.grid] == cands and all(s.report is not None for s in result.grid)
     reported = {s.candidate.name: s.report for s in result.grid}
@@ -436,10 +436,10 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
     assert rows[at[0]]["delta"] == pytest.approx(reported["F* | R*2"]() - reported["F* | B*2"](), abs=1e-9)
     assert (rows[at[0]]["a_spec"], rows[at[0]]["b_spec"]) == ("F* | R*2", "F* | B*2")
     assert not any(" at k=" in k for k in (r["comparison"] for r in comparisons([result])))  # no depth, no curves
-    for family, chosen in result.chosen.items():  # Finding 1: the chosen k against every layer converted
-        kind = f"{family.lower()} chosen vs all layers"
+    for config, chosen in result.chosen.items():  # Finding 1: the chosen k against every layer converted
+        kind = f"{config.lower()} chosen vs all layers"
         if (
-            family in ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR")
+            config in ("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR")
             and converted_layers(chosen.candidate.spec, depth) < depth
         ):
             assert rows[kind]["b_spec"] == chosen.candidate.spec.rsplit("*", 1)[0] + f"*{depth}"
@@ -454,9 +454,9 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
     assert f"{row2['report']:.3f} [{row2['low']:.3f}, {row2['high']:.3f}]" in table[3].split(" | ")[2]
     assert table[4].split(" | ")[4].startswith(f"{reported['M0B*']():.3f}")  # MASK0-ALL at k = depth only
     assert table[3].split(" | ")[4].strip(" |") == ""
-    assert "\n".join(table).count("(chosen)") == 4  # one per family (F* is the k = 0 row)
+    assert "\n".join(table).count("(chosen)") == 4  # one per config (F* is the k = 0 row)
     assert plot_curves({"tiny": payload}, tmp_path / "curves.png").stat().st_size > 0
-    assert plot_study({"tiny": payload}, tmp_path / "bars.png").stat().st_size > 0  # five families: five slots
+    assert plot_study({"tiny": payload}, tmp_path / "bars.png").stat().st_size > 0  # five configs: five slots
 
     plain = run_template(encoder, task, cands, None)
     with pytest.raises(ValueError, match="--report-grid"):
@@ -465,8 +465,8 @@ def test_report_grid_scores_every_spec_on_both_splits_and_compares_along_k(tmp_p
         curves_table(payload, template="PromptEOL")
 
 
-def test_curves_mark_each_familys_own_choice_only():
-    """A spec chosen by one family (or the suggestion) is not marked in another family's column."""
+def test_curves_mark_each_configs_own_choice_only():
+    """A spec chosen by one config (or the suggestion) is not marked in another config's column."""
     rows = [
         {"family": "F*", "spec": "F*", "name": "F*", "exit_layer": None, "report": 0.5, "low": 0.4, "high": 0.6},
         {"family": "INPLACE-BIDIR", "spec": "F* | B*2", "name": "F* | B*2", "exit_layer": None, "report": 0.6,
@@ -482,13 +482,13 @@ def test_curves_mark_each_familys_own_choice_only():
     assert table[3] == "| 2 | 0.600 [0.500, 0.700] (chosen) | 0.700 [0.600, 0.800] |"
 
 
-def test_best_family_may_be_any_converted_family():
+def test_best_config_may_be_any_converted_config():
     specs = {"F*": "F*", "INPLACE-BIDIR": "F* | B*2", "INPLACE-BACK": "F* | R*2", "MASK0-ALL": "M0B*"}
     chosen = {f: Candidate(f, spec) for f, spec in specs.items()}
     scores = {chosen["F*"]: 0.1, chosen["INPLACE-BIDIR"]: 0.3, chosen["INPLACE-BACK"]: 0.5, chosen["MASK0-ALL"]: 0.2}
-    assert exit_families_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BACK"]
+    assert exit_configs_of(["F*", "best"], chosen, scores) == ["F*", "INPLACE-BACK"]
     encoder, task = tiny_encoder(), sts_task()
-    cands = grid(encoder.depth, ks=[2], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"])
+    cands = grid(encoder.depth, ks=[2], configs=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"])
     result = run_template(encoder, task, cands, None)
     best = max(("INPLACE-BIDIR", "INPLACE-BACK", "MASK0-ALL"), key=lambda f: result.chosen[f].choose)
     assert template_row(result)["best_family"] == best
@@ -541,7 +541,7 @@ def test_interplay_reads_the_mask_and_the_template_from_each_runs_comparisons(tm
         if r is base:
             assert e["prompt"] is None and e["verdict"] == f"mask {effect(e['mask'])}"
         else:
-            on_top = best.report() - reported[NO_TEMPLATE, best.candidate.family]
+            on_top = best.report() - reported[NO_TEMPLATE, best.candidate.config]
             assert e["prompt"]["delta"] == pytest.approx(on_top, abs=1e-9)
             words = (effect(e["mask"]), effect(e["prompt"]))
             assert e["verdict"] == ("add up" if words == ("adds", "adds") else "mask {}, template {}".format(*words))
@@ -616,7 +616,7 @@ def test_interplay_reads_study_jsons_with_suggestions_exits_and_curves():
     """The comparisons interplay reads are found among every other kind a study JSON holds."""
     encoder, task = tiny_encoder(), sts_task()
     depth = encoder.depth
-    cands = grid(depth, ks=[2, depth], k0s=[1], families=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0&BIDIR"])
+    cands = grid(depth, ks=[2, depth], k0s=[1], configs=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0&BIDIR"])
     suggestion = Candidate("SUGGESTED", "F* | B*2 | M0B*2")
     base = run_template(encoder, task, cands, None, suggestion=suggestion, exits=[2], report_grid=True)
     prompt = run_template(encoder, task, [], "PromptEOL", restrict={f: s.candidate for f, s in base.chosen.items()})
@@ -657,12 +657,12 @@ def test_interplay_verdicts_follow_the_intervals(mask, prompt, verdict):
     assert interplay([payload])[1]["verdict"] == verdict
 
 
-def test_ner_table_marks_each_familys_own_choice_only():
-    """A suggestion equal to a swept spec that its family did not choose is marked in its own row only."""
+def test_ner_table_marks_each_configs_own_choice_only():
+    """A suggestion equal to a swept spec that its config did not choose is marked in its own row only."""
     from nosink.evals.study import ner_table
 
-    def row(family, name, report):
-        return {"family": family, "name": name, "choose": report, "report": report, "low": report - 0.1,
+    def row(config, name, report):
+        return {"family": config, "name": name, "choose": report, "report": report, "low": report - 0.1,
                 "high": report + 0.1, "per_seed": [report]}  # fmt: skip
 
     rows = [row("F*", "F*", 0.4), row("MASK0&BIDIR", "F* | B | M0B", 0.5), row("MASK0&BIDIR", "F* | M0B*2", 0.6)]

@@ -1,4 +1,4 @@
-"""Sweeps: the spec families, the best pick, tables and plots, and an NER sweep end to end."""
+"""Sweeps: the configurations' specs, the best pick, tables and plots, and an NER sweep end to end."""
 
 import json
 
@@ -9,32 +9,32 @@ from tiny import tiny_decoder, tiny_tokenizer
 from nosink import EncoderFromDecoder, parse_spec
 from nosink.evals.ner import evaluate_ner
 from nosink.evals.run_sweeps import ner_sweep
-from nosink.evals.sweeps import Candidate, best, default_ks, family_specs, plot_sweep, read_table, write_table
+from nosink.evals.sweeps import SweepPoint, best, config_specs, default_ks, plot_sweep, read_table, write_table
 
 pytest.importorskip("seqeval")  # the eval extra
 pytest.importorskip("matplotlib")  # the eval extra
 
 
-def test_families():
+def test_config_specs():
     assert default_ks(22) == [1, 2, 4, 6, 8, 10, 12, 16, 20, 22]
-    assert [str(c.spec) for c in family_specs("INPLACE-BACK", 4, [4, 1, 4])] == ["F* | R", "F* | R*4"]
-    assert [c.k for c in family_specs("EXTEND-BIDIR", 30, [2, 4, 6, 8])] == [2, 4]  # EXTEND stops at 5
-    grid = family_specs("MASK0&BIDIR", 10, [2, 3], [1, 3])
+    assert [str(c.spec) for c in config_specs("INPLACE-BACK", 4, [4, 1, 4])] == ["F* | R", "F* | R*4"]
+    assert [c.k for c in config_specs("EXTEND-BIDIR", 30, [2, 4, 6, 8])] == [2, 4]  # EXTEND stops at 5
+    grid = config_specs("MASK0&BIDIR", 10, [2, 3], [1, 3])
     assert [(c.k, c.k0, str(c.spec)) for c in grid] == [
         (2, 1, "F* | B | M0B"),
         (3, 1, "F* | B*2 | M0B"),
         (3, 3, "F* | M0B*3"),
     ]
     with pytest.raises(ValueError, match="unknown configuration 'SIDEWAYS'"):
-        family_specs("SIDEWAYS", 4)
+        config_specs("SIDEWAYS", 4)
 
 
 def test_best_and_table(tmp_path):
     cs = [
-        Candidate("MASK0-BIDIR", 2, parse_spec("F* | M0B*2"), scores={"f1": 0.5}),
-        Candidate("MASK0-BIDIR", 4, parse_spec("F* | M0B*4"), scores={"f1": 0.7}),
-        Candidate("MASK0-BIDIR", 6, parse_spec("F* | M0B*6"), scores={"f1": 0.7}),
-        Candidate("BASELINE", 0, parse_spec("F*"), scores={"f1": 0.4}),
+        SweepPoint("MASK0-BIDIR", 2, parse_spec("F* | M0B*2"), scores={"f1": 0.5}),
+        SweepPoint("MASK0-BIDIR", 4, parse_spec("F* | M0B*4"), scores={"f1": 0.7}),
+        SweepPoint("MASK0-BIDIR", 6, parse_spec("F* | M0B*6"), scores={"f1": 0.7}),
+        SweepPoint("BASELINE", 0, parse_spec("F*"), scores={"f1": 0.4}),
     ]
     chosen = best(cs, "f1")
     assert chosen["MASK0-BIDIR"].k == 4 and chosen["BASELINE"].k == 0  # ties go to the smaller k
@@ -107,7 +107,7 @@ def test_mteb_sweep_end_to_end(tmp_path):
 )
 def test_a_grid_value_that_gives_no_spec_is_an_error_not_a_silent_drop(args, message):
     with pytest.raises(ValueError) as info:
-        family_specs(*args)
+        config_specs(*args)
     assert str(info.value).startswith(message)
 
 

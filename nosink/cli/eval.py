@@ -73,7 +73,7 @@ def _ner_arguments(p: Parser) -> None:
 def _sweep_arguments(p: Parser) -> None:
     _probe_arguments(p)
     p.add_argument("--configs", nargs="+", default=["INPLACE-BIDIR", "INPLACE-BACK", "MASK0-BIDIR"],
-                   help="families to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
+                   help="configurations to sweep (paper names; MASK0&BIDIR sweeps k x k0)")  # fmt: skip
     p.add_argument("--ks", type=count_arg(), nargs="+", help="k values (default: 1,2,4,6,8,10,12,16,... up to depth)")
     p.add_argument("--k0s", type=count_arg(), nargs="+", help="k0 values for MASK0&BIDIR (default 1 2 3)")
     p.add_argument("--task", default="ner",
