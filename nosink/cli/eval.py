@@ -25,7 +25,7 @@ from nosink.cli.inputs import data_folder, is_baseline, model_path, refuse_for_b
 
 STUDY_DESCRIPTION = (
     "The study of layer specs x prompt templates x early exits for one model (or an encoder baseline): each "
-    "family's spec is chosen on one split and reported on another with a 95% bootstrap interval; one JSON file "
+    "configuration's spec is chosen on one split and reported on another with a 95% bootstrap interval; one JSON file "
     "per task in --out. The same arguments as 'python -m nosink.evals.study'."
 )
 
@@ -37,7 +37,7 @@ def add_parser(commands: Any) -> None:
     evaluations = ev.add_subparsers(dest="evaluation", required=True, metavar="EVALUATION")
     add = evaluations.add_parser
     add("ner", help="CoNLL-2003 NER probe for one spec", arguments=_ner_arguments).set_defaults(handler=_ner)
-    add("sweep", help="NER probe for every spec of configuration families (k, k0 sweeps), with table and plot",
+    add("sweep", help="NER probe for every spec of the paper's configurations (k, k0 sweeps), with table and plot",
         arguments=_sweep_arguments).set_defaults(handler=_ner)  # fmt: skip
     add("mteb", help="the paper's MTEB subset through mteb (local copies or the hub)",
         arguments=_mteb_arguments).set_defaults(handler=_mteb)  # fmt: skip
