@@ -22,9 +22,9 @@ from .attention import Layout, Packed, Route, fast_route
 from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
 from .pooling import Pooling, pool
+from .pretrained import load_encoder
 from .saved import check_sink_token
 from .texts import Template
-from .weights import resolve_model
 
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
@@ -256,65 +256,11 @@ class EncoderFromDecoder(nn.Module):
                 ``dtype`` or rope type, heads that do not divide the width, ...), are ``OSError`` naming the
                 file and the field, before any weights load.
         """
-        from nosink.layerspec import SpecError
-
-        from .configs import check_dtype
-        from .families import check_attention, family_of
-        from .loading import load_config, load_model, load_tokenizer, local_folder
-        from .saved import SAVED_FILE, check_saved, check_weights, read_saved
-
-        # Everything that can be checked without weights is checked first: the arguments, that the folder
-        # exists, the spec, the family, the depth, the weight files.
-        check_attention(attn_implementation)
-        check_dtype(dtype)
-        if sink_token is not None:
-            check_sink_token(sink_token)
-        name_or_path = resolve_model(name_or_path)
-        folder = local_folder(name_or_path)
-        source = str(folder) if folder is not None else str(name_or_path)
-        saved = read_saved(folder) if folder is not None else None
-        # A spec from nosink.json is the file's problem, not the caller's: its errors name the file.
-        spec_file = printable(str(folder / SAVED_FILE)) if spec is None and saved is not None else None
-        if spec is None and saved is None:
-            load_config(source, **hf_kwargs)  # a missing folder, config or hub model first: not "give a spec"
-            hub = "" if folder is not None else " (no local folder of that name: read as a hub model id)"
-            raise ValueError(
-                f"{printable(source)}{hub} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
-                "or spec=nosink.presets.mask0_bidir(k=4)"
-            )
-        try:
-            spec = as_spec(saved["spec"] if spec is None and saved is not None else spec)
-            config = load_config(source, **hf_kwargs)
-            family_of(config)
-            spec.resolve(config.num_hidden_layers, exit_layer=exit_layer)
-        except SpecError as err:
-            if spec_file is None:
-                raise
-            raise SpecError(f"in {spec_file}: {err.problem}", err.spec, err.column, err.expected) from None
-        if saved is not None:
-            check_saved(folder, saved, config)
-        elif folder is not None:
-            check_weights(folder)
-        tokenizer = load_tokenizer(source, **hf_kwargs)  # before the weights: it is cheap, and can be refused
-        decoder = load_model(
-            source, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
-        )
-        sink_file = None
-        if sink_token is None:
-            sink_token = saved.get("sink_token", "auto") if saved else "auto"
-            sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
-        encoder = cls(
-            decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
-            pack_padding=pack_padding, compile=compile,
+        return load_encoder(
+            cls, name_or_path, spec, dtype=dtype, device=device,
+            attn_implementation=attn_implementation, sink_token=sink_token, exit_layer=exit_layer,
+            fast_attention=fast_attention, pack_padding=pack_padding, compile=compile, **hf_kwargs,
         )  # fmt: skip
-        if tokenizer is not None:
-            try:
-                encoder.sink_ids()  # a sink token the tokenizer lacks fails here, not at the first encode()
-            except ValueError as err:
-                if sink_file is None:
-                    raise
-                raise OSError(f"{sink_file}: {err}") from None
-        return encoder.to(device) if device is not None else encoder
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write the spec, the decoder's weights (safetensors), its config and the tokenizer.

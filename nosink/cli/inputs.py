@@ -96,7 +96,8 @@ def saved_encoder(path: str, spec: str | None) -> dict[str, Any] | None:
             ``--spec``); said here in the command line's words, not the Python API's ``spec=``.
         OSError: for a ``nosink.json`` that does not read.
     """
-    from nosink.models.loading import local_folder, read_saved
+    from nosink.models.loading import local_folder
+    from nosink.models.saved import read_saved
 
     folder = local_folder(path)
     saved = read_saved(folder) if folder is not None else None
