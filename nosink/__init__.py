@@ -7,9 +7,9 @@ The layer-spec language lives in :mod:`nosink.layerspec`, the encoder module in
 ``__all__`` (``from nosink import *`` works without sentence-transformers).
 """
 
+from nosink.corpus import encode_corpus, load_corpus_embeddings
 from nosink.layerspec import Spec, SpecError, parse_spec, presets
 from nosink.models import EncoderFromDecoder, UnsupportedModelError
-from nosink.models.corpus import encode_corpus, load_corpus_embeddings
 from nosink.models.loading import RemoteCodeError
 
 __all__ = [

@@ -433,7 +433,7 @@ def _encode_corpus(args: argparse.Namespace) -> int:
     import os
 
     from nosink import EncoderFromDecoder
-    from nosink.models.corpus import encode_corpus, local_device
+    from nosink.corpus import encode_corpus, local_device
 
     device = local_device()
     encoder = EncoderFromDecoder.from_pretrained(
