@@ -248,13 +248,11 @@ class EncoderFromDecoder(nn.Module):
             SpecError: if the spec is malformed or does not fit the model (raised before any weights load);
                 for the spec of ``nosink.json``, the message starts with ``in PATH/nosink.json:``.
             UnsupportedModelError: for an unsupported family or attention backend (also before any weights load).
-            nosink.RemoteCodeError: (an ``OSError``) if the model needs code of its own to load (an ``auto_map`` in
-                its ``config.json`` or ``tokenizer_config.json`` naming a class transformers does not ship):
-                nosink never runs code from a model folder or repository, and never asks whether to; for
-                the same reason ``trust_remote_code=True`` is a ``ValueError``. Files that are not valid
-                JSON, or whose values transformers cannot build a model from (an unknown ``hidden_act``,
-                ``dtype`` or rope type, heads that do not divide the width, ...), are ``OSError`` naming the
-                file and the field, before any weights load.
+            nosink.RemoteCodeError: (an ``OSError``) if the model needs code of its own to load (an ``auto_map``
+                naming a class transformers does not ship): nosink never runs code from a model folder, so
+                ``trust_remote_code=True`` is a ``ValueError``. A ``config.json`` transformers cannot build a model
+                from (an unknown ``hidden_act``, heads that do not divide the width, ...) is an ``OSError`` naming
+                the file and the field, before any weights load.
         """
         return load_encoder(
             cls, name_or_path, spec, dtype=dtype, device=device,
@@ -603,13 +601,8 @@ class EncoderFromDecoder(nn.Module):
         do not depend on the batch size, the padding side or the other texts in a batch (to about
         1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
 
-        On CUDA (with the fast path and packing not turned off) the GPU is kept busy: texts are tokenized a
-        chunk at a time (one batch, then twice as many each time, up to 64 batches' worth), each chunk by the
-        tokenizer's Rust code in a thread while the GPU runs the batches of the chunk before, and sorted by length
-        within each chunk (a batch with padding left runs packed, see ``pack_padding``);
-        batches are built on the host in pinned memory, and vectors come back to the host a few batches after
-        their launch, so the loop never waits for the GPU. Elsewhere all texts are tokenized first and sorted
-        together. Either way a text's vector depends on its batch only through the rounding above.
+        On CUDA the texts are tokenized in chunks while the GPU runs the chunks before, and vectors come back a
+        few batches after their launch (:mod:`nosink.models.encoding`; the GPU guide says more).
 
         A text without tokens (``""``, or only characters the tokenizer drops) gets a zero vector, also
         with ``normalize_embeddings=True`` (and a ``(0, D)`` array of token embeddings); each call that

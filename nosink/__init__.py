@@ -15,9 +15,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers and the API reference read; at run time, __getattr__ below
+    from nosink.corpus import encode_corpus, load_corpus_embeddings
     from nosink.layerspec import Spec, SpecError, parse_spec, presets
     from nosink.models import EncoderFromDecoder, UnsupportedModelError
-    from nosink.models.corpus import encode_corpus, load_corpus_embeddings
     from nosink.models.loading import RemoteCodeError
     from nosink.models.st import load_sentence_transformer as load_sentence_transformer
     from nosink.models.st import to_sentence_transformer as to_sentence_transformer
@@ -44,8 +44,8 @@ _LAZY = {
     "SpecError": "nosink.layerspec",
     "parse_spec": "nosink.layerspec",
     "presets": "nosink.layerspec",
-    "encode_corpus": "nosink.models.corpus",
-    "load_corpus_embeddings": "nosink.models.corpus",
+    "encode_corpus": "nosink.corpus",
+    "load_corpus_embeddings": "nosink.corpus",
     "to_sentence_transformer": "nosink.models.st",
     "load_sentence_transformer": "nosink.models.st",
 }

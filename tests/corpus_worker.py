@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 from nosink import EncoderFromDecoder
-from nosink.models import corpus
+from nosink.corpus import encode_corpus, shards
 
 
 def _inject_kill() -> None:
     rank, after = os.environ.get("CORPUS_KILL_RANK"), os.environ.get("CORPUS_KILL_AFTER")
     if rank is None or int(os.environ.get("RANK", "0")) != int(rank):
         return
-    seal, done = corpus._seal_shard, []
+    seal, done = shards.ShardFile.seal, []
 
     def dying_seal(shard):
         if len(done) == int(after):
@@ -29,14 +29,14 @@ def _inject_kill() -> None:
         done.append(shard.k)
         return seal(shard)
 
-    corpus._seal_shard = dying_seal
+    shards.ShardFile.seal = dying_seal
 
 
 def main() -> None:
     job = json.loads(sys.argv[1])
     _inject_kill()
     encoder = EncoderFromDecoder.from_pretrained(job["model"])
-    summary = corpus.encode_corpus(encoder, job["input"], job["out"], **{"show_progress": False, **job["kwargs"]})
+    summary = encode_corpus(encoder, job["input"], job["out"], **{"show_progress": False, **job["kwargs"]})
     if int(os.environ.get("RANK", "0")) == 0:
         Path(job["out"] + ".summary.json").write_text(json.dumps(summary.as_dict()))
 

@@ -12,7 +12,7 @@ MODULES = sorted(
     {"nosink", "nosink.layerspec"}
     | {
         m.name
-        for pkg in ("nosink", "nosink.layerspec", "nosink.models", "nosink.evals")
+        for pkg in ("nosink", "nosink.layerspec", "nosink.models", "nosink.corpus", "nosink.evals")
         for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__, pkg + ".")
     }
 )

@@ -82,7 +82,7 @@ def figures() -> dict[str, str]:
     return out
 
 
-SUBPACKAGES = {"layerspec": "layerspec", "models": "models", "evals": "evals"}
+SUBPACKAGES = {"layerspec": "layerspec", "models": "models", "corpus": "corpus", "evals": "evals"}
 
 
 def stage_api_sources(root: Path) -> Path:

@@ -56,7 +56,7 @@ def _arguments(p: Parser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nosink import EncoderFromDecoder
-    from nosink.models.corpus import encode_corpus, local_device
+    from nosink.corpus import encode_corpus, local_device
 
     device = local_device()
     path = model_path(args.model)
