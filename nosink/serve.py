@@ -370,10 +370,7 @@ class _Worker:
             self._run_chunk(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Take waiting requests (up to ``batch_texts`` texts) and cut their inputs into length-sorted chunks.
-
-        Inputs with different prompts share chunks: each input's tokens already hold its prompt.
-        """
+        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, any prompts) into length-sorted chunks."""
         jobs, count = [], 0
         while self.embeds and (not jobs or count + len(self.embeds[0]) <= self.limits.batch_texts):
             job = self.embeds.pop(0)
@@ -513,10 +510,7 @@ def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generato
 
 
 def _visible(text: str, stops: Sequence[str]) -> tuple[int, bool]:
-    """How much of ``text`` may be shown, and whether a stop string was met.
-
-    Text that may be the start of a stop string, or an incomplete character, is held back.
-    """
+    """``(end, stopped)``: ``text[:end]`` may be shown; a stop string's possible start or a partial character waits."""
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     if hits:
         return min(hits), True
