@@ -1,9 +1,4 @@
-"""Pictures of masks and plans, as standalone SVG text (no plotting library needed).
-
-Both pictures are drawn from the objects the encoder runs, never by hand: :func:`mask_svg`
-draws :func:`~nosink.layerspec.masks.build_mask`'s tensor for one row, and :func:`plan_svg`
-draws the steps of a resolved :class:`~nosink.layerspec.plan.Plan` (the docs' figures are made
-with them at build time).
+"""SVG text of masks (:func:`~nosink.layerspec.masks.build_mask`'s tensor) and of resolved plans.
 
 >>> svg = mask_svg("M0B", length=4)
 >>> svg.startswith("<svg")
@@ -55,7 +50,7 @@ def mask_svg(
     title: str | None = None,
     cell: int = 22,
 ) -> str:
-    """Draw the mask of ``kind`` for one sequence: rows are queries, columns keys, filled = attended.
+    """SVG of ``kind``'s mask for one sequence: rows are queries, columns keys, filled = attended.
 
     Args:
         kind: a :class:`Kind` or its spec name (``"F"``, ``"M0B"``, ...).
@@ -117,10 +112,9 @@ def mask_svg(
 
 
 def plan_svg(plan: Plan, title: str | None = None) -> str:
-    """Draw a plan bottom (embeddings) to top (final norm): one column per stream, one box per layer step.
+    """SVG of a plan from embeddings (bottom) to final norm: one column per stream, one box per layer step.
 
-    A box reads ``L<layer> <kind>`` in its kind's colour; an arrow leaving a column is a fork, a
-    ``+`` where two columns meet is a merge. Layers appended by ``EXTEND`` reuse the last layer.
+    A line leaving a column is a fork, a ``+`` where two columns meet a merge.
 
     Args:
         plan: a resolved plan, e.g. ``parse_spec("F* | INTER(B*2)").resolve(6)``.

