@@ -105,24 +105,15 @@ class EncoderFromDecoder(nn.Module):
             attention sink is a special token rather than the first word; ``"none"`` adds
             nothing (the first instruction or text token becomes the sink); any other string
             is a token to put first. The added token is never pooled.
-        fast_attention: run each layer on the attention kernel of its kind (``models/attention.py``)
-            instead of SDPA with a dense ``(B, 1, T, T)`` mask, wherever that is exact (SDPA backend,
-            eval mode, no sliding window shorter than the batch). Same results to rounding.
-            ``None`` (default): on CUDA only (on CPU it measured no faster); ``True``: on every
-            device; ``False``: the dense mask everywhere. Also the attribute ``encoder.fast_attention``.
-        pack_padding: on the fast path, run a padded batch's layers on its real tokens only: the padding
-            is dropped once before the first layer (one stream of the real tokens, each at its true
-            position, attention per sequence) and put back after the last, so padding costs no MLP,
-            projection or attention work. Real tokens get the same states as on the padded path; padding
-            positions of ``last_hidden_state`` and ``hidden_states`` hold zeros. ``None`` (default): when
-            at least 5% of the batch's tokens are padding and no sliding window shorter than its longest
-            row needs the dense mask; ``True``: whenever such a batch has padding; ``False``: never. Also
-            the attribute ``encoder.pack_padding``.
-        compile: compile each decoder layer with ``torch.compile`` (``True``, or a dict of its keyword
-            arguments, e.g. ``{"backend": "aot_eager"}``). Layers of one class share one graph (the layer
-            is an argument of one compiled function, sequence lengths are dynamic), so a model compiles
-            once per layer type and mask path, not once per layer; attention kernels stay outside the
-            graph. The first batches are slow (compilation); later ones run the compiled graphs.
+        fast_attention: run each layer on its kind's attention kernel (``models/attention.py``) instead of
+            SDPA with a dense mask, wherever that is exact; same results to rounding. ``None`` (default): on
+            CUDA only; ``True``: every device; ``False``: never.
+        pack_padding: on the fast path, run a padded batch's layers on its real tokens only (padding costs no
+            work; padding positions of the outputs hold zeros). ``None`` (default): when at least 5% of the
+            batch is padding and no short sliding window needs the dense mask; ``True``: whenever a batch has
+            padding; ``False``: never.
+        compile: ``torch.compile`` the decoder layers (``True``, or a dict of its keyword arguments); layers
+            of one class share one graph, so the first batches are slow once per layer type and mask path.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
