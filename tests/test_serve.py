@@ -34,7 +34,9 @@ from tiny import CONFIGS, tiny_tokenizer  # noqa: E402
 
 import nosink.serve  # noqa: E402
 from nosink.models import texts as nosink_texts  # noqa: E402
-from nosink.serve import ApiError, Limits, ServerThread, _EmbedJob, _Worker, bind, create_app, run  # noqa: E402
+from nosink.serve import ApiError, Limits, ServerThread, bind, create_app, run  # noqa: E402
+from nosink.serve.engine import Engine  # noqa: E402
+from nosink.serve.jobs import EmbedJob  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -236,8 +238,8 @@ def test_sampling_is_safe_across_the_documented_ranges(server, client):
 def test_sample_gives_a_possible_token_for_any_temperature_and_top_p(logits, temperature, top_p, seed):
     row = torch.tensor(logits, dtype=torch.float32)
     assume(row.max() > -math.inf)  # a model gives at least one finite logit
-    sampling = nosink.serve._Sampling(max_tokens=1, temperature=temperature, top_p=top_p, stop=(), seed=seed)
-    token = nosink.serve._sample(row, sampling, torch.Generator().manual_seed(seed))
+    sampling = nosink.serve.jobs.Sampling(max_tokens=1, temperature=temperature, top_p=top_p, stop=(), seed=seed)
+    token = nosink.serve.generation.sample(row, sampling, torch.Generator().manual_seed(seed))
     assert 0 <= token < len(logits) and row[token] > -math.inf  # a token that can be sampled at all
     if temperature < 1e-100 or top_p < 1e-100:  # so narrow that only a most likely token is left
         # most likely in float64 after the temperature: logits 0 and 7e-42 at T = 1 are equally likely
@@ -376,10 +378,10 @@ def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
 
 
 def _codes_sent() -> set[tuple[str, str]]:
-    """``(status, code)`` of every error that nosink/serve.py answers, read from its source."""
-    source = ast.parse(Path(nosink.serve.__file__).read_text())
+    """``(status, code)`` of every error that the nosink/serve package answers, read from its source."""
+    sources = [ast.parse(path.read_text()) for path in sorted(Path(nosink.serve.__file__).parent.glob("*.py"))]
     sent, framework = set(), []
-    for node in ast.walk(source):
+    for node in (node for source in sources for node in ast.walk(source)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ApiError":
             status, code = node.args[0], node.args[2] if len(node.args) > 2 else None
             if isinstance(status, ast.Constant) and isinstance(code, ast.Constant):
@@ -390,7 +392,7 @@ def _codes_sent() -> set[tuple[str, str]]:
             sent.add(("other", node.args[1].value))  # the code of any other status of the web framework
     # The one error whose status and code are not written out: the web framework's, named by _HTTP_ERRORS.
     assert len(framework) == 1 and "err.status_code" in framework[0], framework
-    sent |= {(str(status), code) for status, code in nosink.serve._HTTP_ERRORS.items()}
+    sent |= {(str(status), code) for status, code in nosink.serve.app._HTTP_ERRORS.items()}
     return sent
 
 
@@ -649,13 +651,13 @@ def test_concurrent_clients_each_get_their_own_result(server, client):
 
 def _worker(server, **limits):
     app = server.app
-    return _Worker(app.state.encoder, None, app.state.encoder.tokenizer, Limits(**limits))
+    return Engine(app.state.encoder, None, app.state.encoder.tokenizer, Limits(**limits))
 
 
 def _job(server, texts, instruction=None):
     """An embedding request as the HTTP handler hands it to the worker: its inputs, tokenized once."""
     encoder = server.app.state.encoder
-    return _EmbedJob(nosink_texts.tokenize(encoder.tokenizer, texts, instruction, sink=encoder.sink_ids()))
+    return EmbedJob(nosink_texts.tokenize(encoder.tokenizer, texts, instruction, sink=encoder.sink_ids()))
 
 
 def test_an_embedding_request_is_tokenized_once(server, client, monkeypatch):
@@ -681,8 +683,8 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     for job in [*jobs[:2], gone, jobs[2]]:
         worker.inbox.put(job)
     assert worker._take()
-    worker._embed_step()
-    assert not worker.chunks
+    worker.batches.step()
+    assert not worker.batches.chunks
     # one forward pass for all waiting requests, with or without a prompt; the cancelled one is never computed
     assert worker.stats == {"embedding_batches": 1, "embedded_texts": 5, "chat_tokens": 0, "dropped": 1}
     assert not gone.future.done()
@@ -698,10 +700,10 @@ def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
     for job in jobs:
         worker.inbox.put(job)
     worker._take()
-    worker._embed_step()
+    worker.batches.step()
     assert [j.future.done() for j in jobs] == [True, False, False]
-    worker._embed_step()
-    worker._embed_step()
+    worker.batches.step()
+    worker.batches.step()
     assert all(j.future.done() for j in jobs) and worker.stats["embedding_batches"] == 3
     for job, t in zip(jobs, texts, strict=True):
         np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
@@ -715,11 +717,11 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
     for job in (short, long, gone):
         worker.inbox.put(job)
     worker._take()
-    worker._embed_step()  # the two longest texts first: here both of `long`
+    worker.batches.step()  # the two longest texts first: here both of `long`
     assert worker.stats["embedded_texts"] == 2 and long.future.done() and not short.future.done()
     gone.cancelled = True  # its client disconnects after its requests were gathered
-    while worker.chunks:
-        worker._embed_step()
+    while worker.batches.chunks:
+        worker.batches.step()
     # then by tokens (ties in arrival order) [the dog, the park], [a, i], [you, we]: without `gone`,
     # 2 batches of one text of `short`
     assert worker.stats == {"embedding_batches": 3, "embedded_texts": 4, "chat_tokens": 0, "dropped": 0}
@@ -731,11 +733,11 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
 def test_a_failing_request_does_not_fail_its_batch_companions(server):
     worker = _worker(server, batch_wait_ms=0)
     good = _job(server, ["the cat"])
-    bad = _EmbedJob(nosink_texts.Tokenized(prefix_ids=[[1]], text_ids=[[10**6]]))  # an id the model does not have
+    bad = EmbedJob(nosink_texts.Tokenized(prefix_ids=[[1]], text_ids=[[10**6]]))  # an id the model does not have
     worker.inbox.put(good)
     worker.inbox.put(bad)
     worker._take()
-    worker._embed_step()
+    worker.batches.step()
     np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
     with pytest.raises(ValueError, match="vocabulary"):
         bad.future.result()
@@ -752,7 +754,7 @@ def test_a_disconnected_stream_stops_its_generation(server):
     response = conn.getresponse()
     assert response.status == 200
     lines = [response.readline() for _ in range(4)]  # the role chunk, a blank line, then the first token's chunk
-    assert lines[2].startswith(b"data: ") and b'"content": "' in lines[2]  # so the generation has started
+    assert lines[2].startswith(b"data: ") and "content" in json.loads(lines[2][6:])["choices"][0]["delta"]  # started
     conn.sock.shutdown(2)
     conn.close()
     deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
@@ -943,7 +945,7 @@ def test_cli_serve_whose_server_fails_to_start_says_why_in_one_line(tmp_path, ca
     def fail(self):
         raise RuntimeError("no thread for the model")
 
-    monkeypatch.setattr(nosink.serve._Worker, "start", fail)  # the app's startup fails inside uvicorn
+    monkeypatch.setattr(nosink.serve.engine.Engine, "start", fail)  # the app's startup fails inside uvicorn
     folder = _saved_chat_model(tmp_path / "m")
     assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 1
     err = _errors(capfd.readouterr().err)
@@ -1005,7 +1007,7 @@ def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd,
     with pytest.raises(KeyboardInterrupt):
         run(app, port=0, on_started=started, log_level="warning")
     assert len(urls) == 2 and urls[0].startswith("http://127.0.0.1:") and urls[1] == "connected"
-    monkeypatch.setattr(nosink.serve._Worker, "start", lambda self: 1 / 0)
+    monkeypatch.setattr(nosink.serve.engine.Engine, "start", lambda self: 1 / 0)
     app = create_app(lm, tok, SPEC, name="tiny", chat=False)
     capfd.readouterr()
     with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
@@ -1134,7 +1136,7 @@ def test_real_smollm2_serves_both_from_one_copy(smollm2_server):
 def test_a_request_whose_client_went_away_is_forgotten():
     import asyncio
 
-    from nosink.serve import _until_done
+    from nosink.serve.requests import until_done as _until_done
 
     class Gone:  # what uvicorn's receive() says once the client has closed the connection
         async def receive(self):
@@ -1180,7 +1182,8 @@ def _until(condition, what):
 
 
 def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
-    worker = server.app.state.worker
+    engine = server.app.state.engine
+    worker = engine.batches
     release, held = threading.Event(), []
 
     def hold(tokens):  # the first batch keeps the worker busy until released
@@ -1203,7 +1206,7 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
             json.dumps({**OK_EMBED, "input": ["a dog ran"]}),
             {"Authorization": f"Bearer {KEY}"},
         )
-        jobs = lambda: [j for j in list(worker.inbox.queue) if isinstance(j, _EmbedJob)]  # noqa: E731
+        jobs = lambda: [j for j in list(engine.inbox.queue) if isinstance(j, EmbedJob)]  # noqa: E731
         _until(jobs, "the second request to wait for the worker")
         conn.sock.shutdown(2)
         conn.close()

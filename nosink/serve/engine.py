@@ -1,0 +1,114 @@
+"""The engine: the one thread that runs the model, taking embedding batches and chat tokens in turns.
+
+The encoder and the LM share every layer, so their forward passes never interleave. Each turn the
+engine runs one embedding batch (when one is due), then decodes chats for as long as that batch took
+(at least one token each): under both loads each side gets about half of the model's time.
+"""
+
+import logging
+import queue
+import threading
+import time
+
+import torch
+
+from nosink.models import EncoderFromDecoder
+from nosink.serve.embedding import Batches
+from nosink.serve.generation import Chats, emit
+from nosink.serve.jobs import ChatJob, EmbedJob
+from nosink.serve.limits import ApiError, Limits
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Engine:
+    """Runs the model for every request: :meth:`submit` from any thread, the work in the engine's own thread.
+
+    Args:
+        encoder: the encoder whose spec the embeddings use.
+        lm: the causal LM that chats (its layers are the encoder's); None for embeddings only.
+        tokenizer: the model's tokenizer (decodes chat answers).
+        limits: the batch sizes, waits and queue length (see :class:`Limits`).
+    """
+
+    def __init__(
+        self, encoder: EncoderFromDecoder, lm: torch.nn.Module | None, tokenizer: object, limits: Limits
+    ) -> None:
+        self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
+        self.inbox: queue.Queue = queue.Queue()
+        self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0}
+        self.batches = Batches(encoder, limits, self.stats)
+        self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
+        self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
+
+    # -- called from other threads
+
+    def start(self) -> None:
+        """Start the engine's thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Fail what is still waiting and stop the engine's thread (waits up to 30 s)."""
+        self.inbox.put(_STOP)
+        self.thread.join(timeout=30)
+
+    def busy(self) -> int:
+        """Requests queued or being worked on."""
+        return self.inbox.qsize() + len(self.batches) + len(self.chats)
+
+    def submit(self, job: EmbedJob | ChatJob) -> None:
+        """Queue a request.
+
+        Raises:
+            ApiError: 503 if ``limits.max_queue`` requests are already waiting.
+        """
+        if self.busy() >= self.limits.max_queue:
+            raise ApiError(503, "the server is overloaded; retry later", "server_overloaded", kind="server_error")
+        self.inbox.put(job)
+
+    def cancel(self, job: EmbedJob | ChatJob) -> None:
+        """Stop work on a request whose client is gone (a no-op once it is done)."""
+        job.cancelled = True
+
+    # -- the engine's thread
+
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while True:
+                try:
+                    if not self._take():
+                        break
+                    spent = 0.0
+                    if self.batches.due():
+                        start = time.perf_counter()
+                        self.batches.step()
+                        spent = time.perf_counter() - start
+                    self.chats.run(spent)
+                except Exception:  # the engine must outlive any one request
+                    logger.exception("model engine: unexpected error (the engine goes on)")
+
+    def _take(self) -> bool:
+        """Move what is in the inbox into the engine's lists; False once asked to stop."""
+        timeout = 0.0 if len(self.chats) else self.batches.wait()
+        items = []
+        try:
+            items.append(self.inbox.get(timeout=timeout) if timeout != 0.0 else self.inbox.get_nowait())
+            while True:
+                items.append(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+        for item in items:
+            if item is _STOP:
+                for job in self.batches.jobs():
+                    if not job.future.cancel() and not job.future.done():  # already running
+                        job.future.set_exception(RuntimeError("the server is shutting down"))
+                for chat in self.chats.jobs():
+                    emit(chat, ("error", "the server is shutting down"))
+                return False
+            if isinstance(item, EmbedJob):
+                self.batches.add(item)
+            else:
+                self.chats.add(item)
+        return True
