@@ -392,7 +392,7 @@ def _codes_sent() -> set[tuple[str, str]]:
             sent.add(("other", node.args[1].value))  # the code of any other status of the web framework
     # The one error whose status and code are not written out: the web framework's, named by _HTTP_ERRORS.
     assert len(framework) == 1 and "err.status_code" in framework[0], framework
-    sent |= {(str(status), code) for status, code in nosink.serve.app._HTTP_ERRORS.items()}
+    sent |= {(str(status), code) for status, code in nosink.serve.routes._HTTP_ERRORS.items()}
     return sent
 
 

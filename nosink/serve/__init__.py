@@ -10,7 +10,9 @@ request fields, batching, limits and error codes.
 The modules, one job each: ``limits`` (what a request may ask, and the error answer), ``loading`` (the
 model and the server's settings), ``requests`` (reading request bodies), ``responses`` (writing answers),
 ``jobs`` (the work handed to the engine), ``embedding`` (embedding batches), ``generation`` (chat
-decoding), ``engine`` (the model's thread), ``app`` (the routes), ``http`` (binding and uvicorn).
+decoding), ``engine`` (the model's thread), ``served`` (what is served, without weights), ``routes`` (the
+HTTP routes over a ``Served`` and an engine), ``app`` (assembling them from a model), ``http`` (binding
+and uvicorn).
 
 Needs the ``serve`` extra (FastAPI, uvicorn and orjson); ``import nosink`` does not import it.
 """

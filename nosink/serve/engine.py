@@ -58,6 +58,10 @@ class Engine:
         """Requests queued or being worked on."""
         return self.inbox.qsize() + len(self.batches) + len(self.chats)
 
+    def health(self) -> dict[str, int]:
+        """Requests waiting, and the counts of work done: what ``/health`` shows."""
+        return {"waiting": self.busy(), **self.stats}
+
     def submit(self, job: EmbedJob | ChatJob) -> None:
         """Queue a request.
 
