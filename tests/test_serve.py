@@ -833,8 +833,8 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     folder = _saved_chat_model(tmp_path / "m")
     port, seen = _free_port(), {}
 
-    def fake_run(app, host, port, sockets, on_started):
-        seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets])
+    def fake_run(app, host, port, sockets, on_started, workers):
+        seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets], workers=workers)
 
     monkeypatch.setattr(nosink.serve, "run", fake_run)
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
@@ -848,6 +848,8 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (2.5, 7, 3)
     assert limits.max_connections == 9
     assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
+    assert seen["workers"] == 0  # auto: one process on the CPU, whose cores run the model
+    assert main([*args, "--workers", "3"]) == 0 and seen["workers"] == 3
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
     with ServerThread(app) as running:
@@ -882,6 +884,17 @@ def test_cli_serve_refuses_a_port_out_of_range_before_anything_else(tmp_path, ca
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert "argument --port" in err and "missing" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("workers", ["-1", "65", "two", "1.5"])
+def test_cli_serve_refuses_a_bad_number_of_workers_before_anything_else(tmp_path, capsys, workers):
+    from nosink.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["serve", str(tmp_path / "missing"), "--spec", SPEC, "--workers", workers])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --workers" in err and "auto or an integer from 0 to 64" in err and "Traceback" not in err
 
 
 def _errors(text):

@@ -43,6 +43,9 @@ def _arguments(p: Parser) -> None:
                    help="tokens per text, sink and prompt included")  # fmt: skip
     p.add_argument("--batch-size", type=count_arg(), default=8,
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+    p.add_argument("--workers", type=_workers, default="auto", metavar="N",
+                   help="front-end processes that read requests and write answers while one process runs the "
+                        "model; 0: one process (default auto: 0 on the CPU, 4 on a GPU)")  # fmt: skip
     p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="time for a request's headers, else 408 and the connection closed")  # fmt: skip
     p.add_argument("--body-timeout", type=positive_float, default=30.0, metavar="SECONDS",
@@ -59,6 +62,23 @@ def _port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port is from 1 to 65535, got {value}")
     return value
+
+
+def _workers(text: str) -> int | str:
+    """An argparse ``type`` for ``--workers``: ``auto`` or an integer from 0 to 64."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) > 64:
+        raise argparse.ArgumentTypeError(f"--workers is auto or an integer from 0 to 64, got {printable(repr(text))}")
+    return int(text)
+
+
+def workers_for(given: int | str, device: Any) -> int:
+    """Front-end processes for ``--workers``: ``auto`` is 4 on a GPU (the model's process only launches
+    kernels) and 0 on the CPU (whose cores run the model: more processes would take them away)."""
+    if given != "auto":
+        return int(given)
+    return 4 if device is not None and getattr(device, "type", str(device).split(":")[0]) != "cpu" else 0
 
 
 def api_key(given: str | None, env: str | None) -> str | None:
@@ -110,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
         def started(url: str) -> None:
             print(f"serving {what} on {url}/v1 ({access})", file=sys.stderr)
 
-        serve(app, host=args.host, port=args.port, sockets=sockets, on_started=started)
+        workers = workers_for(args.workers, next(model.parameters()).device)
+        if workers:
+            what += f", {workers} front-end processes"
+        serve(app, host=args.host, port=args.port, sockets=sockets, on_started=started, workers=workers)
     finally:
         for sock in sockets:  # serve() closes them once served; here if it never ran
             sock.close()

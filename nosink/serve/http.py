@@ -255,6 +255,7 @@ def run(
     *,
     sockets: list[socket.socket] | None = None,
     on_started: Callable[[str], None] | None = None,
+    workers: int = 0,
 ) -> None:
     """Serve ``app`` with uvicorn until interrupted (binds to localhost unless told otherwise).
 
@@ -268,13 +269,23 @@ def run(
         sockets: sockets already bound to ``host:port`` by :func:`bind`, else bound here; closed when the
             server stops.
         on_started: called with the server's URL (``http://host:port``) once it accepts connections.
+        workers: front-end processes that read requests and write answers while this process runs the
+            model (:mod:`nosink.serve.processes`); 0 serves everything from this process. Call it from the
+            main thread (it handles SIGINT and SIGTERM).
 
     Raises:
         ImportError: if uvicorn is not installed.
-        ValueError: for a port that is not an integer from 0 to 65535.
+        ValueError: for a port that is not an integer from 0 to 65535, or a negative ``workers``.
         OSError: if ``host:port`` cannot be bound, or the server does not start (one message).
     """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be a non-negative integer, got {printable(repr(workers))}")
     sockets = bind(host, port) if sockets is None else sockets
+    if workers:
+        from nosink.serve.processes import serve_front_ends
+
+        serve_front_ends(app, workers, host, sockets, log_level, on_started)
+        return
     try:
         server = _server(app, host, sockets, log_level, on_started)
     except BaseException:
@@ -296,10 +307,12 @@ class ServerThread:
         app: the app from :func:`create_app`.
         host: the address to bind.
         port: the port; 0 picks a free one (see :attr:`port`).
+        workers: front-end processes (as for :func:`run`); 0 serves from this process.
     """
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.app, self.host, self._port = app, host, port
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, workers: int = 0) -> None:
+        self.app, self.host, self._port, self.workers = app, host, port, workers
+        self.front_ends: Any = None
         self.server: Any = None
         self.thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -324,6 +337,14 @@ class ServerThread:
             RuntimeError: if the server does not start within ``timeout`` seconds.
         """
         self._sockets = bind(self.host, self._port)
+        if self.workers:
+            from nosink.serve.processes import FrontEnds
+
+            self.front_ends = FrontEnds(self.app, self.workers, self.host, self._sockets, "warning")
+            self.front_ends.start(timeout)
+            self.thread = threading.Thread(target=self.front_ends.wait, name="nosink-front-ends", daemon=True)
+            self.thread.start()
+            return self
         self.server = _server(self.app, self.host, self._sockets, "warning", lambda url: self._started.set())
 
         def serve() -> None:
@@ -345,6 +366,8 @@ class ServerThread:
 
     def stop(self) -> None:
         """Stop serving and wait for the server (and its model worker) to finish."""
+        if self.front_ends is not None:
+            self.front_ends.stop()
         if self.server is not None:
             self.server.should_exit = True
         if self.thread is not None:

@@ -1,4 +1,8 @@
-"""The work a request hands the engine: an embedding job (tokenized inputs) or a chat job (a prompt to continue)."""
+"""The work a request hands the engine: an embedding job (tokenized inputs) or a chat job (a prompt to continue).
+
+A job crosses to another process (a front-end hands it to the model's process) as its ``WIRE`` fields
+alone: the request's content, never its future, callback or decoding state, which each side keeps its own.
+"""
 
 import concurrent.futures
 from collections.abc import Callable
@@ -23,11 +27,16 @@ class EmbedJob:
     vectors: np.ndarray | None = None
     left: int = 0
 
+    WIRE = ("tokens",)  # what crosses to another process (see __reduce__)
+
     def __post_init__(self) -> None:
         self.lengths = self.tokens.lengths
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def __reduce__(self) -> tuple:
+        return _rebuild, (type(self), {name: getattr(self, name) for name in self.WIRE})
 
 
 @dataclass
@@ -54,3 +63,18 @@ class ChatJob:
     cache: Any = None
     sent: int = 0  # characters of the answer already emitted
     generator: torch.Generator | None = None
+
+    WIRE = ("prompt_ids", "sampling")  # what crosses to another process; its events go back by the receiver's emit
+
+    def __reduce__(self) -> tuple:
+        return _rebuild, (type(self), {"emit": _nobody, **{name: getattr(self, name) for name in self.WIRE}})
+
+
+def _rebuild(kind: type, fields: dict[str, Any]) -> Any:
+    """A job from the fields that crossed to this process (its own future, callback and state fresh)."""
+    return kind(**fields)
+
+
+def _nobody(event: tuple) -> None:
+    """The callback of a chat job that crossed to another process, until the receiver sets its own."""
+    raise RuntimeError("this chat's events have nowhere to go")

@@ -60,6 +60,9 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.kind = status, message, code, param, kind
 
+    def __reduce__(self) -> tuple:  # crosses between processes whole (Exception pickles only its message)
+        return type(self), (self.status, self.message, self.code, self.param, self.kind)
+
     def body(self) -> dict[str, Any]:
         """The JSON body of the answer."""
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}

@@ -23,6 +23,7 @@ class Served:
         api_key: the key every ``/v1`` request must bring, or None.
         limits: request limits and batching.
         started: when the server started (Unix seconds).
+        workers: front-end processes serving it (0: the routes run beside the model).
     """
 
     name: str
@@ -36,3 +37,4 @@ class Served:
     api_key: str | None
     limits: Limits
     started: int = field(default_factory=lambda: int(time.time()))
+    workers: int = 0
