@@ -72,8 +72,8 @@ def _guarded(base: type, limits: Limits) -> type:
     connection forever. A late request is answered 408 (headers: ``limits.header_timeout_s`` from the
     connection or the request's first byte; body: ``limits.body_timeout_s`` from the headers), and a
     connection beyond the caps 503; both are closed. Headers are complete when uvicorn starts a request
-    cycle (``self.cycle``), in both its h11 and httptools protocols. The counts belong to the class: build
-    one class per server.
+    cycle (``self.cycle``), in both its h11 and httptools protocols (h11 is used: see :func:`_server`). The
+    counts belong to the class: build one class per server.
     """
     open_per_client: dict[str, int] = {}
     open_connections = [0]
@@ -202,7 +202,7 @@ def _server(
     start, and closes the sockets when the server stops.
     """
     import uvicorn
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
     url = _url(host, sockets)
     limits = getattr(getattr(app, "state", None), "limits", None) or Limits()
@@ -234,14 +234,15 @@ def _server(
                 on_started(url)
 
     port = sockets[0].getsockname()[1]
-    # No WebSockets: an upgraded connection would leave the guarded protocol (and its counts).
+    # No WebSockets: an upgraded connection would leave the guarded protocol (and its counts). h11, never
+    # httptools (which uvicorn's "auto" picks where it is installed): httptools takes headers of any size.
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=10,
-        http=_guarded(AutoHTTPProtocol, limits),
+        http=_guarded(H11Protocol, limits),
         ws="none",
     )
     return Server(config)
