@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nosink.checks import positive_int, printable
-from nosink.layerspec import Spec, as_spec
+from nosink.layerspec import Spec, SpecError, as_spec
 from nosink.models.templates import as_template
 from nosink.models.texts import Template
 
@@ -104,8 +104,13 @@ def parse_config(text: str) -> tuple[str | None, Config]:
         if not options["exit"].isdigit() or int(options["exit"]) < 1:
             raise bad(f"the exit layer is a positive integer, got {printable(repr(options['exit']))}")
         exit_layer = int(options["exit"])
-    template = as_template(options["template"]) if "template" in options else None
-    return name, Config(head.strip(), exit_layer, template)
+    try:
+        template = as_template(options["template"]) if "template" in options else None
+        return name, Config(head.strip(), exit_layer, template)
+    except SpecError:
+        raise  # its message shows the spec, with a caret under the column
+    except ValueError as err:
+        raise bad(str(err)) from None
 
 
 def configs_of(spec: str | Spec | Config | Mapping[str, str | Spec | Config], model: str) -> dict[str, Config]:
