@@ -53,7 +53,7 @@ def create_app(
         tokenizer: the model's tokenizer; chat needs its chat template.
         spec: the embeddings' layer spec, e.g. ``"F* | M0B*10"``, served under ``name``; or several
             configurations by model id, ``{"sts": "F* | M0B*8 @ exit 20", "eol": "F* | B*4 @ template PromptEOL"}``
-            (a string ``SPEC[ @ exit M][ @ template T]``, a :class:`Spec` or a :class:`Config`; see
+            (a string ``SPEC[ @ exit M][ @ template T]``, a :class:`Spec` or a :class:`~nosink.serve.Config`; see
             :mod:`nosink.serve.configs`). The encoder (``app.state.encoder``) is built with the first one.
         name: the model id of chat, and of a configuration given without a name; by default the last part of the
             model's hub id or folder, else ``"model"``.
