@@ -9,7 +9,7 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -109,7 +109,7 @@ def build_app(served: Served, engine: Runs) -> Any:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
             raise ApiError(401, "a valid API key is required: Authorization: Bearer <key>", "invalid_api_key")
 
-    def check_model(data: dict, serves: Any) -> str:
+    def check_model(data: dict, serves: Container[str]) -> str:
         """The request's ``model``, if it is one that ``serves`` holds (chat's id, or the embedding ids)."""
         asked = data.get("model")
         if not isinstance(asked, str):
