@@ -211,6 +211,8 @@ def command_problems(cmd: str, depth: int = 30) -> list[str]:
         value = getattr(args, name, None)
         specs += [value] if isinstance(value, str) else list(value or [])
     for spec in specs:
+        if not isinstance(spec, str):
+            continue  # read by the option's own type as it parsed (nosink serve's configurations)
         try:
             parse_spec(spec)
         except SpecError as err:

@@ -117,5 +117,5 @@ def test_a_front_end_that_dies_is_replaced(served, client):
     assert ends.processes[0].pid != before[0]
     for _ in range(6):  # the kernel hands connections to whichever front-end accepts: all must answer
         got = client.embeddings.create(model="tiny", input=TEXTS[:1])
-        assert len(got.data[0].embedding) == served.app.state.served.dims
+        assert len(got.data[0].embedding) == served.app.state.encoder.config.hidden_size
     assert _health(served)["waiting"] == 0

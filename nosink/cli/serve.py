@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from nosink.checks import count_arg, printable
-from nosink.cli.args import Parser, positive_float
+from nosink.cli.args import TEMPLATES, Parser, positive_float
 from nosink.cli.inputs import EXAMPLE_SPEC, model_path, saved_encoder
 
 API_KEY_ENV = "NOSINK_API_KEY"  # the API key of `nosink serve` when --api-key is not given
@@ -28,7 +28,13 @@ def add_parser(commands: Any) -> None:
 
 def _arguments(p: Parser) -> None:
     p.add_argument("model", help="hub id, local folder, saved encoder, or 'demo'")
-    p.add_argument("--spec", help=f"layer spec of the embeddings, e.g. '{EXAMPLE_SPEC}'; optional for a saved encoder")
+    p.add_argument("--spec", action="append", type=_config, metavar="SPEC",
+                   help=f"an embedding configuration, [NAME=]SPEC[ @ exit M][ @ template T]: a layer spec, e.g. "
+                   f"'{EXAMPLE_SPEC}', optionally an early exit and a one-prompt template "
+                   f"({', '.join(t for t in TEMPLATES if t != 'MetaEOL')}). Repeat it with a NAME each to serve "
+                   "several from one model, e.g. --spec 'sts=F* | M0B*8 @ exit 20' --spec 'eol=F* | B*4 @ template "
+                   "PromptEOL'; a request's model picks one, and one without NAME is served under the model's id. "
+                   "Optional for a saved encoder")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port to listen on, 1 to 65535")
     p.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
@@ -54,6 +60,43 @@ def _arguments(p: Parser) -> None:
                    help="open connections from one IP address, more are refused with 503")  # fmt: skip
     p.add_argument("--max-connections", type=count_arg(), default=512,
                    help="open connections in all, more are refused with 503")  # fmt: skip
+
+
+def _config(text: str) -> tuple[str | None, Any]:
+    """An argparse ``type`` for ``--spec``: ``(NAME or None, Config)`` of ``[NAME=]SPEC[ @ exit M][ @ template T]``."""
+    from nosink.serve.configs import parse_config
+
+    try:
+        return parse_config(text)
+    except ValueError as err:  # SpecError is one: its caret lines are kept in one message
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def configs(given: list[tuple[str | None, Any]] | None, saved: dict[str, Any] | None, model: str) -> dict[str, Any]:
+    """``{model id: Config}`` served by ``nosink serve``: the ``--spec`` values, else the saved encoder's spec.
+
+    Raises:
+        ValueError: for two configurations without a name, or one name given twice.
+    """
+    from nosink.serve.configs import Config
+
+    if not given:
+        assert saved is not None  # saved_encoder() refused a plain decoder without --spec
+        return {model: Config(saved["spec"])}
+    unnamed = [config for name, config in given if name is None]
+    if len(unnamed) > 1:
+        raise ValueError(
+            f"{len(unnamed)} --spec values have no name; one may be served under the model's id, name the others: "
+            "--spec 'NAME=SPEC'"
+        )
+    out: dict[str, Any] = {}
+    for name, config in given:
+        key = model if name is None else name
+        if key in out:
+            why = " (the model's id, which a --spec without NAME takes)" if key == model else ""
+            raise ValueError(f"--spec names {key!r} twice{why}: give each configuration its own name")
+        out[key] = config
+    return out
 
 
 def _port(text: str) -> int:
@@ -103,6 +146,7 @@ def api_key(given: str | None, env: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from nosink.serve import Limits, bind, create_app, load_model
     from nosink.serve import run as serve
+    from nosink.serve.app import model_id
 
     prompts = {}
     for item in args.prompts:
@@ -112,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
         prompts[name] = text.replace("\\n", "\n").replace("\\t", "\t")  # a typed \n is a newline
     key = api_key(args.api_key, os.environ.get(API_KEY_ENV))
     path = model_path(args.model)
-    saved = saved_encoder(path, args.spec)  # a saved encoder's nosink.json holds its spec (and sink token)
-    spec = args.spec if args.spec is not None else saved["spec"]
+    saved = saved_encoder(path, args.spec or None)  # a saved encoder's nosink.json holds its spec (and sink token)
+    name = args.name or model_id(path)
+    spec = configs(args.spec, saved, name)
     sink_token = saved.get("sink_token", "auto") if saved is not None else "auto"
     sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
     try:
@@ -122,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
                         batch_size=args.batch_size, header_timeout_s=args.header_timeout,
                         body_timeout_s=args.body_timeout, max_connections=args.max_connections,
                         max_connections_per_client=args.max_connections_per_client)  # fmt: skip
-        app = create_app(model, tokenizer, spec, name=args.name, chat=not args.no_chat, prompts=prompts,
+        app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
                          api_key=key, limits=limits, sink_token=sink_token)  # fmt: skip
-        what = f"{app.state.name} (spec {app.state.encoder.spec}{'' if args.no_chat else ', chat'})"
+        what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 
         def started(url: str) -> None:

@@ -1,10 +1,12 @@
 """Assembling a server from a model: the encoder on the model's own tensors, the engine, the routes.
 
 ``create_app(model, tokenizer, spec)`` checks what it is given, builds the encoder with
-:meth:`EncoderFromDecoder.from_model` (its parameters are the LM's tensors) and an :class:`Engine` that runs
-both, and serves them with :func:`~nosink.serve.routes.build_app`.
+:meth:`EncoderFromDecoder.from_model` (its parameters are the LM's tensors), compiles each embedding
+configuration's plan once, builds an :class:`Engine` that runs both, and serves them with
+:func:`~nosink.serve.routes.build_app`.
 """
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +15,15 @@ import torch
 from nosink.checks import printable
 from nosink.layerspec import Spec
 from nosink.models import EncoderFromDecoder
+from nosink.serve.configs import Config, configs_of
 from nosink.serve.engine import Engine
 from nosink.serve.limits import Limits
 from nosink.serve.loading import check_api_key
 from nosink.serve.routes import build_app
-from nosink.serve.served import Served
+from nosink.serve.served import Embedding, Served
 
 
-def _model_id(name_or_path: str) -> str:
+def model_id(name_or_path: str) -> str:
     """The model id a server gives by default: the last part of the hub id or folder, ``"model"`` if none."""
     path = Path(name_or_path)
     if name_or_path and path.is_dir():
@@ -31,7 +34,7 @@ def _model_id(name_or_path: str) -> str:
 def create_app(
     model: torch.nn.Module,
     tokenizer: Any,
-    spec: str | Spec,
+    spec: str | Spec | Config | Mapping[str, str | Spec | Config],
     *,
     name: str | None = None,
     chat: bool = True,
@@ -48,8 +51,12 @@ def create_app(
     Args:
         model: a causal LM (with its head); a bare decoder serves embeddings only (``chat=False``).
         tokenizer: the model's tokenizer; chat needs its chat template.
-        spec: the layer spec the embeddings use, e.g. ``"F* | M0B*10"``.
-        name: the model id clients send; by default the last part of the model's hub id or folder, else ``"model"``.
+        spec: the embeddings' layer spec, e.g. ``"F* | M0B*10"``, served under ``name``; or several
+            configurations by model id, ``{"sts": "F* | M0B*8 @ exit 20", "eol": "F* | B*4 @ template PromptEOL"}``
+            (a string ``SPEC[ @ exit M][ @ template T]``, a :class:`Spec` or a :class:`~nosink.serve.Config`; see
+            :mod:`nosink.serve.configs`). The encoder (``app.state.encoder``) is built with the first one.
+        name: the model id of chat, and of a configuration given without a name; by default the last part of the
+            model's hub id or folder, else ``"model"``.
         chat: serve ``/v1/chat/completions``.
         prompts: named instructions for embeddings (``{"query": "Instruct: ...\\nQuery: "}``), used only when
             a request names one in ``prompt_name``.
@@ -60,8 +67,9 @@ def create_app(
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
         ValueError: for a missing tokenizer, chat without an LM head or a chat template, an empty
-            ``api_key``, or prompts that are not names mapped to strings.
-        SpecError: if the spec does not fit the model.
+            ``api_key``, prompts that are not names mapped to strings, a malformed configuration, an exit
+            layer past the model's depth, or a template of several prompts.
+        SpecError: if a spec does not fit the model (or its first ``exit_layer`` layers).
     """
     limits = limits or Limits()
     if tokenizer is None:
@@ -77,16 +85,29 @@ def create_app(
         )
     if chat and not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template: chat needs one (or pass chat=False)")
-    encoder = EncoderFromDecoder.from_model(model, spec, tokenizer, sink_token=sink_token)
+    configs = configs_of(spec, "")  # "": the model's own id, known once the encoder names it
+    first = next(iter(configs.values()))
+    encoder = EncoderFromDecoder.from_model(
+        model, first.spec, tokenizer, sink_token=sink_token, exit_layer=first.exit_layer
+    )
     sink = encoder.sink_ids()
-    name = name or _model_id(encoder.name_or_path)
+    name = name or model_id(encoder.name_or_path)
+    configs = {key or name: config for key, config in configs.items()}
+    # Compiled once: a configuration without an exit runs every layer, whatever the encoder's own exit.
+    full = None if encoder.exit_layer is None else encoder.depth
+    plans = {
+        key: encoder.plan_for(config.spec, exit_layer=config.exit_layer or full) for key, config in configs.items()
+    }
+    dims = encoder.config.hidden_size
+    embeddings = {
+        key: Embedding(key, config.spec, config.exit_layer, config.template, dims) for key, config in configs.items()
+    }
     positions = getattr(encoder.config, "max_position_embeddings", None)
-    engine = Engine(encoder, model if chat else None, tokenizer, limits)
+    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans)
     served = Served(
         name=name,
         tokenizer=tokenizer,
-        spec=str(encoder.spec),
-        dims=encoder.config.hidden_size,
+        embeddings=embeddings,
         sink=list(sink),
         positions=positions,
         chat=chat,
@@ -95,5 +116,5 @@ def create_app(
         limits=limits,
     )
     app = build_app(served, engine)
-    app.state.encoder, app.state.model = encoder, model
+    app.state.encoder, app.state.model, app.state.plans = encoder, model, plans
     return app

@@ -1,34 +1,84 @@
-"""Embedding batches: waiting requests gathered, their inputs sorted by length and cut into batches, then run."""
+"""Embedding batches: waiting requests gathered, their inputs grouped by the plans they need, sorted by length
+and cut into batches, then run.
+
+Several embedding configurations (a spec, an exit layer, a template) share one encoder, each with its plan
+compiled once. A forward pass runs every plan it is given on every row of its batch, computing the layers
+the plans have in common once (:meth:`EncoderFromDecoder.encode_tokens` with ``specs=``, as
+``encode_specs`` does). So the gathered inputs are grouped by how they were tokenized and which plans
+want them:
+
+- Inputs with the same tokens (the same text framed the same way: the same ``prompt_name`` and template,
+  or none) are one row, whichever configurations asked for them. The row runs under each of their plans
+  in one forward, sharing the lower layers: one text asked of configurations ``a`` and ``b`` costs their
+  shared layers once.
+- Inputs framed differently (another template, another ``prompt_name``) have other tokens, so they are
+  other rows, and nothing of them can be shared. A row runs only under the plans that asked for it: rows
+  are grouped by that set of plans, each group sorted by length and cut into batches of its own. Mixing
+  groups in one batch would run every row under every plan present, up to twice the work for two
+  configurations that differ in many layers; keeping them apart costs at most one partly filled batch
+  per group and gathering. Within a group, rows of different framings mix freely (the prompt and the
+  template are in each row's tokens), as texts with and without a prompt always did.
+"""
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from nosink.layerspec import Plan
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 from nosink.serve.jobs import EmbedJob
 from nosink.serve.limits import Limits
 
-Rows = list[tuple[EmbedJob, int]]  # (job, input index) of one batch
+
+@dataclass
+class Row:
+    """One row of a forward pass: input ``i`` of ``job``'s tokens, and every ``(request, input index)`` wanting it."""
+
+    job: EmbedJob
+    i: int
+    wants: list[tuple[EmbedJob, int]]
+
+
+Rows = list[Row]  # one batch
 
 
 class Batches:
     """The embedding side of the engine: requests waiting, batches cut from them, and running one batch.
 
     Touched by the engine's thread only.
+
+    Args:
+        encoder: the encoder that runs every plan.
+        limits: batch sizes and waits.
+        stats: the engine's counters (``embedding_batches``, ``embedded_texts``: rows run, ``dropped``).
+        plans: each configuration's compiled plan, by name (:meth:`EncoderFromDecoder.plan_for`); a job
+            naming no configuration runs the encoder's own plan.
     """
 
-    def __init__(self, encoder: EncoderFromDecoder, limits: Limits, stats: dict[str, int]) -> None:
+    def __init__(
+        self,
+        encoder: EncoderFromDecoder,
+        limits: Limits,
+        stats: dict[str, int],
+        plans: Mapping[str, Plan] | None = None,
+    ) -> None:
         self.encoder, self.limits, self.stats = encoder, limits, stats
+        self.plans = dict(plans or {})
         self.waiting: list[EmbedJob] = []
-        self.chunks: deque[Rows] = deque()  # gathered (job, input index), one batch each
+        self.chunks: deque[Rows] = deque()  # gathered rows, one batch each
         self.deadline: float | None = None  # when the oldest waiting request stops waiting
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.chunks)
+
+    def plan_of(self, job: EmbedJob) -> Plan:
+        """The plan that runs ``job``: its configuration's, or the encoder's own."""
+        return self.encoder.plan if job.config is None else self.plans[job.config]
 
     def add(self, job: EmbedJob) -> None:
         """Queue a request; the first of a gathering starts the wait for companions."""
@@ -55,7 +105,8 @@ class Batches:
 
     def jobs(self) -> list[EmbedJob]:
         """Every request not answered yet."""
-        return self.waiting + list({id(job): job for rows in self.chunks for job, _ in rows}.values())
+        gathered = {id(job): job for rows in self.chunks for row in rows for job, _ in row.wants}
+        return self.waiting + list(gathered.values())
 
     def step(self) -> None:
         """Encode one batch of gathered texts, first gathering the waiting requests if no batch is left."""
@@ -65,7 +116,8 @@ class Batches:
             self._run(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, any prompts) into length-sorted chunks."""
+        """Cut the inputs of waiting requests (up to ``batch_texts`` texts) into batches: one row per distinct
+        tokens, rows grouped by the plans wanting them, each group sorted by length (see the module docstring)."""
         jobs, count = [], 0
         while self.waiting and (not jobs or count + len(self.waiting[0]) <= self.limits.batch_texts):
             job = self.waiting.pop(0)
@@ -75,50 +127,71 @@ class Batches:
             jobs.append(job)
             count += len(job)
         self.deadline = time.monotonic() if self.waiting else None  # those left have waited long enough
-        rows = []
+        rows: dict[tuple, Row] = {}
         for job in jobs:
             job.left = len(job)
-            rows.extend((job, i) for i in range(len(job)))
-        rows.sort(key=lambda row: -row[0].lengths[row[1]])  # stable: ties keep arrival order
+            tokens = job.tokens
+            for i in range(len(job)):
+                key = (tuple(tokens.prefix_ids[i]), tuple(tokens.text_ids[i]), tuple(tokens.suffix(i)))
+                row = rows.get(key)
+                if row is None:
+                    row = rows[key] = Row(job, i, [])
+                row.wants.append((job, i))
+        groups: dict[frozenset[str], Rows] = {}  # in order of arrival
+        for row in rows.values():
+            groups.setdefault(frozenset(self.plan_of(job).name for job, _ in row.wants), []).append(row)
         size = self.limits.batch_size
-        self.chunks.extend(rows[i : i + size] for i in range(0, len(rows), size))
+        for group in groups.values():
+            group.sort(key=lambda row: -row.job.lengths[row.i])  # stable: ties keep arrival order
+            self.chunks.extend(group[i : i + size] for i in range(0, len(group), size))
 
     def _run(self, rows: Rows) -> None:
-        rows = [(job, i) for job, i in rows if not job.cancelled and not job.future.done()]
+        rows = _keep(rows, lambda job: not job.cancelled and not job.future.done())
         if not rows:
             return  # every request in it is gone or failed: its texts are not computed
         try:
-            vectors = self._encode(_inputs(rows))
+            vectors = self._encode(rows)
         except Exception as err:
-            jobs = list({id(job): job for job, _ in rows}.values())
+            jobs = list({id(job): job for row in rows for job, _ in row.wants}.values())
             if len(jobs) == 1:
                 _fail(jobs[0], err)
                 return
             for job in jobs:  # one request's failure must not fail its batch companions
-                mine = [(j, i) for j, i in rows if j is job]
+                mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
                 try:
-                    _deliver(mine, self._encode(_inputs(mine)))
+                    _deliver(mine, self._encode(mine), self.plan_of)
                 except Exception as alone:
                     _fail(job, alone)
             return
-        _deliver(rows, vectors)
+        _deliver(rows, vectors, self.plan_of)
 
-    def _encode(self, tokens: _texts.Tokenized) -> np.ndarray:
-        """Unit vectors of one batch of tokenized inputs, as ``encode(..., normalize_embeddings=True)`` gives them."""
+    def _encode(self, rows: Rows) -> dict[str, np.ndarray]:
+        """Unit vectors of one batch under each plan its rows want, by plan name, as ``encode(...,
+        normalize_embeddings=True)`` gives them."""
+        plans = list({plan.name: plan for plan in (self.plan_of(job) for row in rows for job, _ in row.wants)}.values())
         self.stats["embedding_batches"] += 1
-        self.stats["embedded_texts"] += len(tokens)
-        vectors = self.encoder.encode_tokens(tokens)[self.encoder.plan.name]  # (B, D), mean over text tokens
-        return torch.nn.functional.normalize(vectors, dim=-1).numpy()  # a zero vector stays zero
+        self.stats["embedded_texts"] += len(rows)
+        out = self.encoder.encode_tokens(_inputs(rows), specs=plans)  # {plan name: (B, D)}, mean over text tokens
+        return {name: torch.nn.functional.normalize(v, dim=-1).numpy() for name, v in out.items()}  # 0 stays 0
 
 
-def _deliver(rows: Rows, vectors: np.ndarray) -> None:
-    for (job, i), vector in zip(rows, vectors, strict=True):
-        if job.vectors is None:
-            job.vectors = np.empty((len(job), vectors.shape[1]), dtype=np.float32)
-        job.vectors[i] = vector
-        job.left -= 1
-        if job.left == 0:
-            job.future.set_result(job.vectors)
+def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:
+    """``rows`` with only the wants of jobs that are ``wanted``; rows left wanting nothing are dropped."""
+    kept = [Row(row.job, row.i, [(job, i) for job, i in row.wants if wanted(job)]) for row in rows]
+    return [row for row in kept if row.wants]
+
+
+def _deliver(rows: Rows, vectors: dict[str, np.ndarray], plan_of: Callable[[EmbedJob], Plan]) -> None:
+    """Give each input wanting a row its plan's vector of that row; a request with all its vectors is answered."""
+    for k, row in enumerate(rows):
+        for job, i in row.wants:
+            vector = vectors[plan_of(job).name][k]
+            if job.vectors is None:
+                job.vectors = np.empty((len(job), vector.shape[0]), dtype=np.float32)
+            job.vectors[i] = vector
+            job.left -= 1
+            if job.left == 0:
+                job.future.set_result(job.vectors)
 
 
 def _fail(job: EmbedJob, err: Exception) -> None:
@@ -126,8 +199,10 @@ def _fail(job: EmbedJob, err: Exception) -> None:
     job.future.set_exception(err)
 
 
-def _inputs(rows: Sequence[tuple[EmbedJob, int]]) -> _texts.Tokenized:
-    """The tokens of input ``i`` of ``job`` for each ``(job, i)`` of ``rows``, as one batch."""
+def _inputs(rows: Sequence[Row]) -> _texts.Tokenized:
+    """The tokens of the rows, as one batch."""
     return _texts.Tokenized(
-        prefix_ids=[job.tokens.prefix_ids[i] for job, i in rows], text_ids=[job.tokens.text_ids[i] for job, i in rows]
+        prefix_ids=[row.job.tokens.prefix_ids[row.i] for row in rows],
+        text_ids=[row.job.tokens.text_ids[row.i] for row in rows],
+        suffix_ids=[row.job.tokens.suffix(row.i) for row in rows],
     )

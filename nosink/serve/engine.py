@@ -9,9 +9,11 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 
 import torch
 
+from nosink.layerspec import Plan
 from nosink.models import EncoderFromDecoder
 from nosink.serve.embedding import Batches
 from nosink.serve.generation import Chats, emit
@@ -31,15 +33,22 @@ class Engine:
         lm: the causal LM that chats (its layers are the encoder's); None for embeddings only.
         tokenizer: the model's tokenizer (decodes chat answers).
         limits: the batch sizes, waits and queue length (see :class:`Limits`).
+        plans: the embedding configurations' plans by name, compiled once (:meth:`EncoderFromDecoder.plan_for`);
+            an :class:`EmbedJob` names one in ``config`` (or none, for the encoder's own spec).
     """
 
     def __init__(
-        self, encoder: EncoderFromDecoder, lm: torch.nn.Module | None, tokenizer: object, limits: Limits
+        self,
+        encoder: EncoderFromDecoder,
+        lm: torch.nn.Module | None,
+        tokenizer: object,
+        limits: Limits,
+        plans: Mapping[str, Plan] | None = None,
     ) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: queue.Queue = queue.Queue()
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0}
-        self.batches = Batches(encoder, limits, self.stats)
+        self.batches = Batches(encoder, limits, self.stats, plans)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
@@ -66,8 +75,11 @@ class Engine:
         """Queue a request.
 
         Raises:
-            ApiError: 503 if ``limits.max_queue`` requests are already waiting.
+            ApiError: 404 for an embedding job naming a configuration the engine lacks, 503 if
+                ``limits.max_queue`` requests are already waiting.
         """
+        if isinstance(job, EmbedJob) and job.config is not None and job.config not in self.batches.plans:
+            raise ApiError(404, f"no embedding configuration {job.config!r} here", "model_not_found", "model")
         if self.busy() >= self.limits.max_queue:
             raise ApiError(503, "the server is overloaded; retry later", "server_overloaded", kind="server_error")
         self.inbox.put(job)

@@ -17,9 +17,13 @@ from nosink.models import texts as _texts
 
 @dataclass
 class EmbedJob:
-    """One embeddings request: its inputs (sink token, prompt, text), tokenized once by its handler."""
+    """One embeddings request: its inputs (sink token, prompt, text), tokenized once by its handler.
+
+    ``config`` names the embedding configuration whose plan runs it; None: the encoder's own spec.
+    """
 
     tokens: _texts.Tokenized
+    config: str | None = None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     cancelled: bool = False
     lengths: list[int] = field(init=False)  # tokens per input: sorts the gathered inputs
@@ -27,7 +31,7 @@ class EmbedJob:
     vectors: np.ndarray | None = None
     left: int = 0
 
-    WIRE = ("tokens",)  # what crosses to another process (see __reduce__)
+    WIRE = ("tokens", "config")  # what crosses to another process (see __reduce__)
 
     def __post_init__(self) -> None:
         self.lengths = self.tokens.lengths

@@ -9,7 +9,7 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -67,7 +67,8 @@ def build_app(served: Served, engine: Runs) -> Any:
         raise ImportError('serving needs FastAPI and uvicorn: pip install "nosink[serve]"') from err
 
     name, tokenizer, limits, api_key, chat = served.name, served.tokenizer, served.limits, served.api_key, served.chat
-    prompts, sink, positions, dims, started = served.prompts, served.sink, served.positions, served.dims, served.started
+    prompts, sink, positions, started = served.prompts, served.sink, served.positions, served.started
+    configs = served.embeddings
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -108,17 +109,19 @@ def build_app(served: Served, engine: Runs) -> Any:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
             raise ApiError(401, "a valid API key is required: Authorization: Bearer <key>", "invalid_api_key")
 
-    def check_model(data: dict) -> str:
+    def check_model(data: dict, serves: Container[str]) -> str:
+        """The request's ``model``, if it is one that ``serves`` holds (chat's id, or the embedding ids)."""
         asked = data.get("model")
         if not isinstance(asked, str):
             raise ApiError(400, "'model' is required: a string", "invalid_type", "model")
-        if asked != name:
-            raise ApiError(
-                404,
-                f"model {printable(repr(asked))[:200]} is not served here; this server serves {name!r}",
-                "model_not_found",
-                "model",
-            )
+        if asked not in serves:
+            shown = printable(repr(asked))[:200]
+            if asked in served.ids():  # served, but not at this endpoint
+                there = "serves embeddings only" if asked in configs else "serves chat only"
+                message = f"model {shown} {there}; this server serves {served.described()}"
+            else:
+                message = f"model {shown} is not served here; this server serves {served.described()}"
+            raise ApiError(404, message, "model_not_found", "model")
         return asked
 
     @app.get("/health")
@@ -127,27 +130,29 @@ def build_app(served: Served, engine: Runs) -> Any:
 
     @app.get("/v1/models", dependencies=[Depends(authorize)])
     async def models() -> Any:
-        card = {
-            "id": name,
-            "object": "model",
-            "created": started,
-            "owned_by": "nosink",
-            "spec": served.spec,
-            "chat": chat,
-            "dimensions": dims,
-            "prompts": sorted(prompts),
-        }
-        return {"object": "list", "data": [card]}
+        cards = []
+        for ident in served.ids():
+            config = configs.get(ident)
+            card = {"id": ident, "object": "model", "created": started, "owned_by": "nosink"}
+            none = {"spec": None, "exit_layer": None, "template": None, "dimensions": None}
+            card.update(config.card() if config is not None else none)
+            card.update(chat=chat and ident == name, prompts=sorted(prompts) if config is not None else [])
+            cards.append(card)
+        return {"object": "list", "data": cards}
 
     @app.post("/v1/embeddings", dependencies=[Depends(authorize)])
     async def embeddings(request: Request) -> Any:
         data = await json_body(request, limits.max_body_bytes)
-        model_name = check_model(data)
+        model_name = check_model(data, configs)
+        config = configs[model_name]
         texts = texts_of(data, limits.max_inputs)
-        fmt, width, instruction = embedding_options(data, dims, prompts)
-        # Tokenized once: the tokens counted against the limit here are the tokens the engine runs.
+        fmt, width, instruction = embedding_options(data, config.dims, prompts)
+        # Tokenized once, as the configuration frames its texts: the tokens counted against the limit here are
+        # the tokens the engine runs.
         try:
-            tokens = await run_in_threadpool(_texts.tokenize, tokenizer, texts, instruction, sink=sink)
+            tokens = await run_in_threadpool(
+                _texts.tokenize, tokenizer, texts, instruction, sink=sink, **config.framing()
+            )
         except (TypeError, ValueError) as err:
             raise ApiError(400, printable(str(err)), "invalid_input", "input") from None
         lengths = tokens.lengths
@@ -156,14 +161,14 @@ def build_app(served: Served, engine: Runs) -> Any:
             i = over[0]
             raise ApiError(
                 400,
-                f"input[{i}] has {lengths[i]} tokens (with the sink token and prompt); this server takes at "
+                f"input[{i}] has {lengths[i]} tokens (with the sink token, prompt and template); this server takes at "
                 f"most {limits.max_tokens_per_text} per text ({len(over)} of {len(texts)} inputs are over)",
                 "context_length_exceeded",
                 "input",
             )
         if tokens.empty:
             raise ApiError(400, f"input[{tokens.empty[0]}] has no tokens: nothing to embed", "empty_input", "input")
-        job = EmbedJob(tokens)
+        job = EmbedJob(tokens, model_name)
         engine.submit(job)
 
         vectors = await until_done(request, asyncio.wrap_future(job.future), lambda: engine.cancel(job))
@@ -174,7 +179,7 @@ def build_app(served: Served, engine: Runs) -> Any:
         data = await json_body(request, limits.max_body_bytes)
         if not chat:
             raise ApiError(404, "this server serves embeddings only (started without chat)", "chat_disabled")
-        model_name = check_model(data)
+        model_name = check_model(data, [name])
         check_supported(data)
         messages = messages_of(data)
         stream = field(data, "stream", (bool,), "true or false", False)
