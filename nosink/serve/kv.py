@@ -8,9 +8,13 @@ each row's positions (``position_ids``) count its own tokens only.
 Chats join with :func:`prefill` (their prompts, left-padded, in one forward) and :func:`join` (the
 caches padded on the left to the longest one, layer by layer, and stacked); they leave with :func:`keep`
 (the rows that stay, then the columns that are padding in every one of them cut away). :func:`step`
-advances every row by one token in one forward. A dynamic cache,
-not a static or paged one, because joining and leaving are then plain tensor operations on the cache's
-own layers, with no fixed size to choose up front and nothing of transformers' to replace.
+advances every row by one token in one forward.
+
+A dynamic cache, not a static or paged one, because joining and leaving are then plain tensor operations
+on the cache's own layers, with no fixed size to choose up front and nothing of transformers' to replace.
+The price: a dynamic layer copies its tensors on every update (``torch.cat``), and a join or a leave
+copies them once more, so each step moves the whole cache once; a static or paged cache would not, at
+the cost of a maximum length reserved per row or of a paged attention kernel.
 
 Layers: full attention (``keys``/``values`` of ``(B, heads, L, head_dim)``) and sliding window (only the
 last ``min(L, window - 1)`` columns kept, ``cumulative_length`` = ``L``). Any other kind is refused.
