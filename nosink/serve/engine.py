@@ -1,8 +1,13 @@
-"""The engine: the one thread that runs the model, taking embedding batches and chat tokens in turns.
+"""The engine: the one thread that runs the model, taking embedding batches and chat steps in turns.
 
-The encoder and the LM share every layer, so their forward passes never interleave. Each turn the
-engine runs one embedding batch (when one is due), then decodes chats for as long as that batch took
-(at least one token each): under both loads each side gets about half of the model's time.
+The encoder and the LM share every layer, so their forward passes never interleave. The engine runs one
+unit of work at a time: an embedding batch, or a chat step (a token of every active chat in one forward,
+and the prefill of chats that start). Which one comes next is a time balance: ``lead`` counts the seconds
+the chats have had beyond the embeddings while both had work. An embedding batch runs when one is due
+and the chats are not behind (``lead >= 0``); otherwise a chat step runs. So under both loads each side
+gets about half of the model's time and neither starves: a 100 ms batch is followed by about 100 ms of
+chat steps, a long prefill by embedding batches until they have had as long. When either side has
+nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
 """
 
 import logging
@@ -91,17 +96,26 @@ class Engine:
     # -- the engine's thread
 
     def _loop(self) -> None:
+        lead = 0.0  # seconds the chats have had beyond the embeddings (negative: behind); see the module docstring
         with torch.inference_mode():
             while True:
                 try:
                     if not self._take():
                         break
-                    spent = 0.0
-                    if self.batches.due():
-                        start = time.perf_counter()
+                    chatting = len(self.chats) > 0
+                    both = chatting and len(self.batches) > 0  # the balance counts only while both have work
+                    lead = lead if both else 0.0
+                    start = time.perf_counter()
+                    if self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()
-                        spent = time.perf_counter() - start
-                    self.chats.run(spent)
+                        sign = -1.0
+                    elif chatting:
+                        self.chats.step()
+                        sign = 1.0
+                    else:
+                        continue
+                    if both:
+                        lead += sign * (time.perf_counter() - start)
                 except Exception:  # the engine must outlive any one request
                     logger.exception("model engine: unexpected error (the engine goes on)")
 

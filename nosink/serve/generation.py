@@ -1,29 +1,38 @@
-"""Chat generation: the chats being decoded, a token at a time, with sampling and stop strings.
+"""Chat generation: the chats being decoded, every one a token per step, with sampling and stop strings.
+
+Continuous batching: one :meth:`Chats.step` runs one forward that advances every active chat by a token
+(their KV caches are rows of one left-padded cache, see :mod:`nosink.serve.kv`), then drops the chats
+that finished or were cancelled, then starts the waiting chats that fit under ``max_active`` with one
+forward over their prompts, whose first tokens they get at once. A forward that fails is retried chat
+by chat, so only the chats at fault fail. Each chat samples from its own row with its own generator, so
+a ``seed`` gives the same answer whatever else is running, and its answer is detokenized incrementally
+(:class:`Detokenizer`), not decoded again from its first token at every step.
 
 Touched by the engine's thread only; each chat's events (``("delta", text)``, ``("done", finish,
 completion_tokens)``, ``("error", message)``) go to its request through the job's ``emit``.
 """
 
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from nosink.checks import printable
+from nosink.serve import kv
 from nosink.serve.jobs import ChatJob, Sampling
 
 logger = logging.getLogger(__name__)
 
 
 class Chats:
-    """The chats waiting and being decoded (at most ``max_active`` side by side)."""
+    """The chats waiting and being decoded (at most ``max_active`` side by side), and their batch's KV cache."""
 
     def __init__(self, lm: torch.nn.Module | None, tokenizer: Any, max_active: int, stats: dict[str, int]) -> None:
         self.lm, self.tokenizer, self.max_active, self.stats = lm, tokenizer, max_active, stats
         self.waiting: list[ChatJob] = []
-        self.active: list[ChatJob] = []
+        self.active: list[ChatJob] = []  # row i of self.batch is self.active[i]
+        self.batch: kv.Batch | None = None
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -39,51 +48,114 @@ class Chats:
         """Every chat not finished yet."""
         return self.waiting + self.active
 
-    def run(self, seconds: float) -> None:
-        """Decode for about ``seconds`` (at least one token of each active chat)."""
-        while self.waiting and len(self.active) < self.max_active:
-            self.active.append(self.waiting.pop(0))
-        start = time.perf_counter()
-        while self.active:
-            for chat in list(self.active):
-                self._step(chat)
-            if time.perf_counter() - start >= seconds:
-                break
+    def step(self) -> None:
+        """One step: a token of every active chat (one forward), then the waiting chats that fit start (one more)."""
+        self._drop_cancelled()
+        if self.active:
+            self._decode()
+        room = self.max_active - len(self.active)
+        if self.waiting and room > 0:
+            starting, self.waiting = self.waiting[:room], self.waiting[room:]
+            self._start(starting)
 
-    def _step(self, chat: ChatJob) -> None:
-        """Decode one token of ``chat`` (the whole prompt on its first step)."""
-        if chat.cancelled:
-            self.active.remove(chat)
-            self.stats["dropped"] += 1
-            return
+    # -- the steps
+
+    def _drop_cancelled(self) -> None:
+        """Chats whose clients are gone leave before their next forward."""
+        waiting = [c for c in self.waiting if not c.cancelled]
+        self.stats["dropped"] += len(self.waiting) - len(waiting)
+        self.waiting = waiting
+        gone = [c for c in self.active if c.cancelled]
+        if gone:
+            self.stats["dropped"] += len(gone)
+            self._keep([c for c in self.active if not c.cancelled])
+
+    def _decode(self) -> None:
+        """Feed every active chat its last token in one forward and take each one's next token."""
+        assert self.batch is not None and self.lm is not None
         try:
-            assert self.lm is not None
-            if chat.cache is None:
-                chat.generator = torch.Generator(device="cpu")
-                if chat.sampling.seed is None:
-                    chat.generator.seed()
-                else:
-                    chat.generator.manual_seed(chat.sampling.seed)
-                feed = chat.prompt_ids
-            else:
-                feed = chat.ids[-1:]
-            device = next(self.lm.parameters()).device
-            ids = torch.tensor([feed], dtype=torch.long, device=device)  # (1, T)
-            out = self.lm(input_ids=ids, cache=chat.cache, use_cache=True, logits_to_keep=1)
-            chat.cache = out.cache
-            token = sample(out.logits[0, -1].float().cpu(), chat.sampling, chat.generator)  # logits: (1, 1, V)
-        except Exception as err:
-            logger.exception("chat generation failed")
-            self.active.remove(chat)
-            emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+            logits = kv.step(self.lm, self.batch, [c.ids[-1] for c in self.active])  # (B, V)
+        except Exception:
+            logger.exception("batched chat decoding failed; retrying each chat alone")
+            logits = self._decode_alone()
+        self._advance(logits)
+
+    def _decode_alone(self) -> torch.Tensor | None:
+        """The failed step again, one chat at a time: a chat whose step fails again gets an error, the others go on."""
+        assert self.batch is not None and self.lm is not None
+        rows, logits, ok, kept = [kv.keep(self.batch, [i]) for i in range(len(self.active))], [], [], []
+        for chat, row in zip(self.active, rows, strict=True):
+            try:
+                logits.append(kv.step(self.lm, row, [chat.ids[-1]]))
+                ok.append(row)
+                kept.append(chat)
+            except Exception as err:
+                logger.exception("chat generation failed")
+                emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+        self.active = kept
+        self.batch = kv.join(ok) if ok else None
+        return torch.cat(logits) if logits else None
+
+    def _start(self, chats: list[ChatJob]) -> None:
+        """Prefill ``chats`` in one forward (each alone if that fails); each takes its first token, joins the batch."""
+        if self.lm is None:
+            for chat in chats:
+                emit(chat, ("error", "generation failed: this server has no language model"))
             return
+        for chat in chats:
+            chat.generator = torch.Generator(device="cpu")
+            if chat.sampling.seed is None:
+                chat.generator.seed()
+            else:
+                chat.generator.manual_seed(chat.sampling.seed)
+            chat.detokenizer = Detokenizer(self.tokenizer)
+        try:
+            groups = [(chats, *kv.prefill(self.lm, [c.prompt_ids for c in chats]))]
+        except Exception:
+            logger.exception("batched prefill failed; retrying each chat alone")
+            groups = []
+            for chat in chats:
+                try:
+                    groups.append(([chat], *kv.prefill(self.lm, [chat.prompt_ids])))
+                except Exception as err:
+                    logger.exception("chat generation failed")
+                    emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+        if not groups:
+            return
+        old = len(self.active)
+        self.active += [c for group, _, _ in groups for c in group]
+        self.batch = kv.join(([self.batch] if self.batch is not None else []) + [b for _, _, b in groups])
+        self._advance(torch.cat([logits for _, logits, _ in groups]), first=old)
+
+    def _advance(self, logits: torch.Tensor | None, first: int = 0) -> None:
+        """Give ``self.active[first + i]`` the token sampled from ``logits[i]``; the chats that end leave the batch."""
+        if logits is None:
+            return
+        logits = logits.float().cpu()  # (n, V): one copy from the device for the whole step
+        ended = set()
+        for chat, row in zip(self.active[first:], logits, strict=True):
+            try:
+                if self._take_token(chat, sample(row, chat.sampling, chat.generator)):
+                    ended.add(id(chat))
+            except Exception as err:
+                logger.exception("chat generation failed")
+                ended.add(id(chat))
+                emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+        if ended:
+            self._keep([c for c in self.active if id(c) not in ended])
+
+    def _take_token(self, chat: ChatJob, token: int) -> bool:
+        """Append ``token`` to ``chat``'s answer and emit the text it shows; True if that ends the answer."""
         self.stats["chat_tokens"] += 1
         finish = None
         if token in self.eos:
             finish = "stop"
         else:
             chat.ids.append(token)
-        text = self.tokenizer.decode(chat.ids, skip_special_tokens=True)
+            chat.detokenizer.add(token)
+        if finish is not None or len(chat.ids) >= chat.sampling.max_tokens:
+            chat.detokenizer.flush()  # the answer ends here: its last characters show even if incomplete
+        text = chat.detokenizer.text
         end, hit = visible(text, chat.sampling.stop)
         if hit:
             finish = "stop"
@@ -95,9 +167,52 @@ class Chats:
             emit(chat, ("delta", text[chat.sent : end]))
             chat.sent = end
         if finish is not None:
-            self.active.remove(chat)
-            chat.cache = None  # free the KV cache now, not when the request's coroutine lets go
             emit(chat, ("done", finish, len(chat.ids) + (token in self.eos)))
+        return finish is not None
+
+    def _keep(self, chats: list[ChatJob]) -> None:
+        """Keep only ``chats`` (active ones, in order) in the batch."""
+        row = {id(c): i for i, c in enumerate(self.active)}  # by identity: jobs are dataclasses, equal by value
+        rows = [row[id(c)] for c in chats]
+        self.active = chats
+        self.batch = kv.keep(self.batch, rows) if chats and self.batch is not None else None
+
+
+class Detokenizer:
+    """The text of a growing answer, decoding only its last few tokens at each new one.
+
+    vLLM's and TGI's prefix and read offsets: ``ids[prefix:read]`` were shown last time, ``ids[read:]`` are new.
+    Decoding ``ids[prefix:]`` and ``ids[prefix:read]`` gives the new text as the difference, with the tokens
+    before it as context (so a tokenizer's merging of spaces and pieces is as in a whole decode); while it
+    ends in U+FFFD, a character whose bytes are still coming, nothing is shown and the offsets wait.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = self.read = 0
+        self.text = ""  # what has been decoded so far
+
+    def add(self, token: int) -> str:
+        """Take the next token; the text it completes (``""`` while a character is incomplete)."""
+        self.ids.append(token)
+        before, after = self._decode(self.ids[self.prefix : self.read]), self._decode(self.ids[self.prefix :])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += after[len(before) :]
+        return after[len(before) :]
+
+    def flush(self) -> str:
+        """The text of the tokens not shown yet, even an incomplete character (the answer ends)."""
+        before, after = self._decode(self.ids[self.prefix : self.read]), self._decode(self.ids[self.prefix :])
+        new = after[len(before) :]
+        self.prefix, self.read = self.read, len(self.ids)
+        self.text += new
+        return new
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
 
 
 def emit(chat: ChatJob, event: tuple) -> None:
@@ -136,6 +251,3 @@ def visible(text: str, stops: Sequence[str]) -> tuple[int, bool]:
     while end > 0 and text[end - 1] == "\ufffd":  # a character whose bytes are still coming
         end -= 1
     return end, False
-
-
-# ---------------------------------------------------------------------------------------------- requests

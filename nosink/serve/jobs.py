@@ -64,7 +64,7 @@ class ChatJob:
     cancelled: bool = False
     # Decoding state, touched by the engine's thread only.
     ids: list[int] = field(default_factory=list)
-    cache: Any = None
+    detokenizer: Any = None  # the answer's text so far (a generation.Detokenizer)
     sent: int = 0  # characters of the answer already emitted
     generator: torch.Generator | None = None
 

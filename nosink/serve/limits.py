@@ -24,7 +24,7 @@ class Limits:
     max_prompt_tokens: int = 4096  # chat prompt after the chat template (more: 400)
     max_new_tokens: int = 1024  # the largest max_tokens a chat request may ask for
     default_max_tokens: int = 256  # max_tokens when a chat request gives none
-    max_active_chats: int = 4  # generations decoded side by side; more wait their turn
+    max_active_chats: int = 16  # generations decoded side by side (one batch); more wait their turn
     max_queue: int = 1024  # requests waiting for the worker (more: 503)
     # Slow or idle clients (enforced by the HTTP server of run() and ServerThread, see _guarded):
     header_timeout_s: float = 10.0  # a request's headers, from its first byte (or the connection): else 408, closed

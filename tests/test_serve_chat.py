@@ -1,0 +1,288 @@
+"""Chat decoding with continuous batching: chats joining and leaving one batched forward, each answering as if alone.
+
+The scheduler (:class:`nosink.serve.generation.Chats`) is driven step by step, with no HTTP: chats are added
+at chosen steps, and their tokens are compared with the same chats decoded alone (``lm.generate``).
+"""
+
+import math
+import random
+
+import pytest
+import torch
+import transformers as tf
+from tiny import CONFIGS, tiny_tokenizer
+
+from nosink.serve import engine as engine_module
+from nosink.serve import kv
+from nosink.serve.generation import Chats, Detokenizer
+from nosink.serve.jobs import ChatJob, Sampling
+from nosink.serve.limits import Limits
+
+VOCAB = len(tiny_tokenizer())
+# Full attention; a sliding window (3) on some layers; sliding and full layers, 5:1. Each seed's random
+# model runs most chats to max_tokens (gemma3_text's ends two of them with EOS early).
+SEEDS = {"llama": 0, "qwen2": 1, "gemma3_text": 1}
+
+
+def tiny_lm(family: str = "llama", seed: int = 0):
+    """A seeded random causal LM of ``family`` (float32) over the test tokenizer's words, and that tokenizer."""
+    tok = tiny_tokenizer()
+    config = CONFIGS[family]()
+    config.vocab_size = len(tok)
+    torch.manual_seed(seed)
+    lm = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return lm.eval(), tok
+
+
+def prompt(length: int, seed: int) -> list[int]:
+    """A prompt of ``length`` word ids (never a special token)."""
+    rng = random.Random(seed)
+    return [1] + [rng.randrange(4, VOCAB) for _ in range(length - 1)]
+
+
+def chat(prompt_ids: list[int], max_tokens: int, temperature: float = 0.0, seed: int | None = None) -> ChatJob:
+    """A chat job that keeps its events in ``job.events``."""
+    events: list[tuple] = []
+    job = ChatJob(prompt_ids, Sampling(max_tokens, temperature, 1.0, (), seed), events.append)
+    job.events = events
+    return job
+
+
+def drive(chats: Chats, arrivals: dict[int, list[ChatJob]], on_step=None, limit: int = 200) -> None:
+    """Step ``chats`` until every chat is done, adding ``arrivals[i]`` before step ``i``."""
+    with torch.inference_mode():
+        for i in range(limit):
+            for job in arrivals.get(i, []):
+                chats.add(job)
+            if on_step is not None:
+                on_step(i)
+            if not len(chats) and i > max(arrivals):
+                return
+            chats.step()
+    raise AssertionError("the chats did not finish")
+
+
+def alone(lm, prompt_ids: list[int], max_tokens: int) -> list[int]:
+    """Greedy tokens of ``prompt_ids`` decoded alone by transformers' ``generate`` (the EOS token left out)."""
+    ids = torch.tensor([prompt_ids])
+    with torch.no_grad():
+        out = lm.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False, pad_token_id=0
+        )
+    return [t for t in out[0, len(prompt_ids) :].tolist() if t != 2]
+
+
+def done(job: ChatJob) -> tuple:
+    """The chat's last event, which must be its only "done"."""
+    assert [e[0] for e in job.events].count("done") == 1 and job.events[-1][0] == "done", job.events
+    return job.events[-1]
+
+
+def text(job: ChatJob) -> str:
+    return "".join(e[1] for e in job.events if e[0] == "delta")
+
+
+@pytest.mark.parametrize("family", SEEDS)
+def test_batched_greedy_decoding_equals_each_chat_alone_as_chats_join_and_leave(family):
+    lm, tok = tiny_lm(family, SEEDS[family])
+    # (prompt length, max_tokens, step it arrives at): longer than the sliding window (3), leaving at other steps
+    plan = [(3, 9, 0), (7, 4, 0), (2, 6, 2), (11, 5, 3), (5, 3, 3), (6, 7, 6), (9, 2, 9)]
+    jobs = [chat(prompt(n, i), m) for i, (n, m, _) in enumerate(plan)]
+    arrivals: dict[int, list[ChatJob]] = {}
+    for job, (_, _, at) in zip(jobs, plan, strict=True):
+        arrivals.setdefault(at, []).append(job)
+    widths = []
+    chats = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0})  # 4: some chats wait their turn
+    drive(chats, arrivals, on_step=lambda i: widths.append(len(chats.active)))
+    assert max(widths) == 4  # some chats waited their turn
+    assert any(
+        a > b < c for a, b, c in zip(widths, widths[1:], widths[2:], strict=False)
+    )  # chats left, then others joined
+    lengths = 0
+    for job, (_, m, _) in zip(jobs, plan, strict=True):
+        want = alone(lm, job.prompt_ids, m)
+        assert job.ids == want
+        _, finish, count = done(job)
+        assert finish == ("length" if len(want) == m else "stop")
+        assert count == len(want) + (finish == "stop")
+        assert text(job) == tok.decode(job.ids, skip_special_tokens=True)  # the incremental text is the whole text
+        lengths += len(job.ids)
+    assert lengths > 2 * len(jobs)  # not all chats ended at once on EOS
+    assert chats.batch is None and not chats.active
+
+
+def test_a_seeded_chat_samples_the_same_tokens_alone_and_beside_others():
+    lm, tok = tiny_lm()
+
+    def run(others: bool) -> list[int]:
+        mine = chat(prompt(6, 0), 12, temperature=1.3, seed=11)
+        arrivals = {0: [mine]}
+        if others:
+            arrivals = {0: [chat(prompt(9, 1), 5, 1.3, 1), mine, chat(prompt(2, 2), 20)], 3: [chat(prompt(4, 3), 3)]}
+        drive(Chats(lm, tok, 8, {"chat_tokens": 0, "dropped": 0}), arrivals)
+        return mine.ids
+
+    first = run(False)
+    assert len(first) > 3 and run(True) == first
+    other_seed = chat(prompt(6, 0), 12, temperature=1.3, seed=12)
+    drive(Chats(lm, tok, 8, {"chat_tokens": 0, "dropped": 0}), {0: [other_seed]})
+    assert other_seed.ids != first  # the seed is what repeats the answer
+
+
+def test_a_cancelled_chat_leaves_the_batch_and_the_others_go_on_unchanged():
+    lm, tok = tiny_lm()
+    keep1, gone, keep2 = chat(prompt(4, 0), 10), chat(prompt(12, 1), 10), chat(prompt(3, 2), 10)
+    waiting_gone = chat(prompt(5, 3), 10)
+    stats = {"chat_tokens": 0, "dropped": 0}
+    chats = Chats(lm, tok, 3, stats)
+    widths = []
+
+    def cancel(i: int) -> None:
+        widths.append(chats.batch.mask.shape[1] if chats.batch is not None else 0)
+        if i == 3:
+            gone.cancelled = waiting_gone.cancelled = True
+            seen = len(gone.events)
+            gone.events_before = seen
+
+    drive(chats, {0: [keep1, gone, keep2, waiting_gone]}, on_step=cancel)
+    assert len(gone.events) == gone.events_before and all(e[0] == "delta" for e in gone.events)  # nothing after
+    assert waiting_gone.events == []
+    assert stats["dropped"] == 2
+    for job in (keep1, keep2):
+        assert job.ids == alone(lm, job.prompt_ids, 10) and done(job)[1] in ("length", "stop")
+    # Before step 3: the 12-token prompt and 2 fed tokens; after, the 4-token prompt and 3 fed: its padding was cut.
+    assert (widths[3], widths[4]) == (12 + 2, 4 + 3)
+
+
+def test_a_failing_chat_fails_alone_and_a_failed_batched_step_is_retried_chat_by_chat(monkeypatch):
+    lm, tok = tiny_lm()
+    good = [chat(prompt(4, 0), 8), chat(prompt(7, 1), 8)]
+    bad_prompt = chat([*prompt(5, 2)[:-1], VOCAB + 7], 8)  # an id past the vocabulary: its prefill fails
+    bad_sampling = chat(prompt(3, 3), 8, temperature=math.nan)  # its sampling fails at the first token
+    forward, fails = lm.forward, []
+
+    def flaky(*args, **kwargs):  # the first two batched decode steps fail, as an out-of-memory error would
+        ids = kwargs["input_ids"]
+        if ids.shape == (2, 1) and len(fails) < 2:
+            fails.append(1)
+            raise RuntimeError("CUDA out of memory (pretend)")
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(lm, "forward", flaky)
+    drive(Chats(lm, tok, 8, {"chat_tokens": 0, "dropped": 0}), {0: [good[0], bad_prompt, good[1], bad_sampling]})
+    monkeypatch.undo()
+    assert len(fails) == 2
+    for job in (bad_prompt, bad_sampling):
+        assert [e[0] for e in job.events] == ["error"] and job.events[0][1].startswith("generation failed: ")
+    for job in good:
+        assert job.ids == alone(lm, job.prompt_ids, 8) and done(job)
+
+
+def test_join_and_keep_pad_and_cut_the_cache_columns():
+    lm, _ = tiny_lm("qwen2")  # layers 0-1 full attention, 2-3 a sliding window of 3
+    with torch.inference_mode():
+        _, short = kv.prefill(lm, [prompt(2, 0)])
+        _, long = kv.prefill(lm, [prompt(6, 1), prompt(5, 2)])
+        both = kv.join([short, long])
+        assert both.mask.tolist() == [[0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]]
+        full, sliding = both.cache.layers[0], both.cache.layers[3]
+        assert full.keys.shape[:3] == (3, 2, 6) and sliding.keys.shape[:3] == (3, 2, 2)
+        assert full.keys[0, :, :4].abs().sum() == 0 and sliding.cumulative_length == 6
+        assert short.cache.layers[0].keys.shape[2] == 2  # the inputs are left as they were
+        only = kv.keep(both, [2, 0])
+        assert only.mask.tolist() == [[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]]
+        assert only.cache.layers[0].keys.shape[:3] == (2, 2, 5) and only.cache.layers[3].cumulative_length == 5
+        assert torch.equal(only.cache.layers[0].keys[1, :, 3:], short.cache.layers[0].keys[0])
+
+
+@pytest.mark.parametrize(
+    "sample",
+    ["Grüße, 世界! 🙂🙂 naïve café — Ελληνικά, עברית and 𝄞𝄢.", "plain ascii words", "🤖" * 5 + " done"],
+)
+def test_incremental_detokenization_gives_the_text_of_a_whole_decode(smollm2_path, sample):
+    tok = tf.AutoTokenizer.from_pretrained(smollm2_path)
+    ids = tok(sample, add_special_tokens=False)["input_ids"]
+    detok, pieces = Detokenizer(tok), []
+    for token in ids:
+        pieces.append(detok.add(token))
+    pieces.append(detok.flush())
+    assert "".join(pieces) == tok.decode(ids, skip_special_tokens=True) == sample
+    assert not any("\ufffd" in p for p in pieces)  # a character split over tokens waits for its last byte
+    if not sample.isascii():
+        assert "" in pieces[:-1]  # ... which these samples have
+
+
+def test_incremental_detokenization_of_any_token_ids_matches_a_whole_decode(smollm2_path):
+    tok = tf.AutoTokenizer.from_pretrained(smollm2_path)
+    rng = random.Random(0)
+    for _ in range(50):
+        ids = [rng.randrange(len(tok)) for _ in range(rng.randrange(1, 30))]  # any bytes, special tokens too
+        detok = Detokenizer(tok)
+        for token in ids:
+            detok.add(token)
+        detok.flush()
+        assert detok.text == tok.decode(ids, skip_special_tokens=True), ids
+
+
+class _Clock:
+    """A fake ``time`` for the engine: the fake work below advances it, so the schedule is exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _Side:
+    """A stand-in for the engine's embedding batches or chats: ``costs[i]`` seconds for unit ``i``."""
+
+    def __init__(self, name: str, costs: list[float], clock: _Clock, log: list[str], engine, start: float = 0) -> None:
+        self.name, self.costs, self.clock, self.log, self.engine = name, list(costs), clock, log, engine
+        self.start = start  # when the work arrives
+
+    def __len__(self) -> int:
+        return len(self.costs) if self.clock.now >= self.start else 0
+
+    def due(self) -> bool:
+        return len(self) > 0
+
+    def wait(self) -> float | None:
+        return 0.0 if self.costs else None
+
+    def jobs(self) -> list:
+        return []
+
+    def step(self) -> None:
+        self.clock.now += self.costs.pop(0)
+        self.log.append(self.name)
+        if not (len(self.engine.batches) or len(self.engine.chats)):
+            self.engine.inbox.put(engine_module._STOP)
+
+
+def _schedule(monkeypatch, batches: list[float], steps: list[float], batches_from: float = 0) -> str:
+    """The order the engine runs embedding batches (``E``) and chat steps (``c``) of the given durations."""
+    clock, log = _Clock(), []
+    monkeypatch.setattr(engine_module, "time", clock)
+    _, tok = tiny_lm()
+    engine = engine_module.Engine(None, None, tok, Limits())
+    engine.batches = _Side("E", batches, clock, log, engine, batches_from)
+    engine.chats = _Side("c", steps, clock, log, engine)
+    engine._loop()
+    return "".join(log)
+
+
+def test_the_engine_shares_the_model_time_between_embedding_batches_and_chat_steps(monkeypatch):
+    unit = 1 / 128  # exact in binary, so the balance lands on 0 exactly
+    # A 4-unit batch, then 1-unit chat steps until the chats have had as long, and so on; the rest alone.
+    assert _schedule(monkeypatch, [4 * unit] * 3, [unit] * 15) == "EccccEccccEcccc" + "ccc"
+    # A 4-unit prefill (one chat step) is followed by 1-unit batches until the embeddings have had as long.
+    assert _schedule(monkeypatch, [unit] * 8, [4 * unit, unit, unit]) == "EcEEEEcEcEE"
+    # Time used alone is not owed back: batches arriving after the chats ran alone take turns with them at once.
+    assert _schedule(monkeypatch, [unit] * 2, [unit] * 10, batches_from=5 * unit) == "ccccc" + "EcE" + "cccc"
