@@ -833,8 +833,9 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     folder = _saved_chat_model(tmp_path / "m")
     port, seen = _free_port(), {}
 
-    def fake_run(app, host, port, sockets, on_started, workers):
+    def fake_run(app, host, port, sockets, on_started, workers, log_level):
         seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets], workers=workers)
+        seen.update(log_level=log_level)
 
     monkeypatch.setattr(nosink.serve, "run", fake_run)
     monkeypatch.setenv("NOSINK_API_KEY", "from-env")
@@ -849,7 +850,9 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     assert limits.max_connections == 9
     assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     assert seen["workers"] == 0  # auto: one process on the CPU, whose cores run the model
-    assert main([*args, "--workers", "3"]) == 0 and seen["workers"] == 3
+    assert seen["log_level"] == "info"
+    assert main([*args, "--workers", "3", "--log-level", "warning"]) == 0
+    assert (seen["workers"], seen["log_level"]) == (3, "warning")
     app = seen["app"]
     assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
     with ServerThread(app) as running:

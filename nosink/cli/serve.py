@@ -52,6 +52,8 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--workers", type=_workers, default="auto", metavar="N",
                    help="front-end processes that read requests and write answers while one process runs the "
                         "model; 0: one process (default auto: 0 on the CPU, 4 on a GPU)")  # fmt: skip
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="uvicorn's log level (info logs every request; warning: errors and warnings only)")  # fmt: skip
     p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
                    help="time for a request's headers, else 408 and the connection closed")  # fmt: skip
     p.add_argument("--body-timeout", type=positive_float, default=30.0, metavar="SECONDS",
@@ -178,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
         workers = workers_for(args.workers, next(model.parameters()).device)
         if workers:
             what += f", {workers} front-end processes"
-        serve(app, host=args.host, port=args.port, sockets=sockets, on_started=started, workers=workers)
+        serve(app, host=args.host, port=args.port, sockets=sockets, on_started=started, workers=workers,
+              log_level=args.log_level)  # fmt: skip
     finally:
         for sock in sockets:  # serve() closes them once served; here if it never ran
             sock.close()

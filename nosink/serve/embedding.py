@@ -101,7 +101,8 @@ class Batches:
         if not self.waiting:
             return False
         count = sum(len(job) for job in self.waiting)
-        return count >= self.limits.batch_texts or time.monotonic() >= (self.deadline or 0.0)
+        enough = count >= max(self.limits.batch_texts, self.limits.batch_size)
+        return enough or time.monotonic() >= (self.deadline or 0.0)
 
     def jobs(self) -> list[EmbedJob]:
         """Every request not answered yet."""
@@ -116,10 +117,11 @@ class Batches:
             self._run(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Cut the inputs of waiting requests (up to ``batch_texts`` texts) into batches: one row per distinct
+        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, or ``batch_size``
+        if larger) into batches: one row per distinct
         tokens, rows grouped by the plans wanting them, each group sorted by length (see the module docstring)."""
-        jobs, count = [], 0
-        while self.waiting and (not jobs or count + len(self.waiting[0]) <= self.limits.batch_texts):
+        jobs, count, most = [], 0, max(self.limits.batch_texts, self.limits.batch_size)
+        while self.waiting and (not jobs or count + len(self.waiting[0]) <= most):
             job = self.waiting.pop(0)
             if job.cancelled or not job.future.set_running_or_notify_cancel():
                 self.stats["dropped"] += 1  # its client is gone: not computed

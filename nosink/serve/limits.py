@@ -18,7 +18,7 @@ class Limits:
     max_inputs: int = 256  # texts per embeddings request (more: 413)
     max_tokens_per_text: int = 512  # sink token + prompt + text (more: 400, never cut silently)
     max_body_bytes: int = 4 * 1024 * 1024  # request body (more: 413)
-    batch_texts: int = 64  # texts gathered from waiting requests, sorted by length, cut into batches
+    batch_texts: int = 64  # texts gathered from waiting requests (at least batch_size), sorted, cut into batches
     batch_size: int = 8  # texts per forward pass, cut from the gathered texts sorted by length
     batch_wait_ms: float = 5.0  # how long the first waiting request waits for companions
     max_prompt_tokens: int = 4096  # chat prompt after the chat template (more: 400)

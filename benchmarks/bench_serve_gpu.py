@@ -1,0 +1,390 @@
+"""Load test of ``nosink serve`` on a GPU at real model shapes: served texts/s against offline ``encode()``.
+
+    python benchmarks/bench_serve_gpu.py --arch qwen2.5-0.5b --spec "F* | M0B*12" --tokenizer TOKENIZER_DIR
+    python benchmarks/bench_serve_gpu.py --arch llama-1b --spec "F* | M0B*8" --tokenizer TOKENIZER_DIR --workers 4 0
+
+The model is random (bf16 weights at the architecture's real shape, its vocabulary grown to the
+tokenizer's) with a real tokenizer, saved to a folder and served by ``nosink serve`` in its own process,
+as a user starts it. The benchmark process first encodes the same texts offline with ``encode()`` (same
+spec, same batch size: the baseline), then drives the server with load processes, each running many
+keep-alive HTTP/1.1 connections on asyncio (a small raw client, so the load generator is not what
+limits). Loads, each ``--seconds`` long after a warm-up:
+
+- ``64x1``: 64 clients, one text per request (float JSON; and ``64x1 b64``: base64, as OpenAI's client asks);
+- ``16x16``: 16 clients, 16 texts per request; ``256x1``: 256 clients, one text each;
+- ``64x1 + 8 chats``: the 64 embedding clients while 8 clients stream chat answers of 32 tokens;
+- ``1 chat`` alone on the idle server, and ``16 chats`` at once: tokens/s per stream and in all.
+
+It prints one markdown table per ``--workers`` value (front-end processes; 0: one process) with texts/s,
+the ratio to offline, p50/p99 latency and errors, and writes the raw numbers as JSON (``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers as tf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_encoder import ARCHS
+from bench_serve import corpus, free_port
+
+HOST = "127.0.0.1"
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def build(arch: str, tokenizer_dir: str, folder: Path, dtype: torch.dtype, device: str) -> int:
+    """A random causal LM of ``arch``'s shape and ``tokenizer_dir``'s tokenizer saved to ``folder``; its size."""
+    tok = tf.AutoTokenizer.from_pretrained(tokenizer_dir)
+    if not tok.chat_template:
+        tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    config = ARCHS[arch]()
+    config.vocab_size = max(config.vocab_size, len(tok))
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = tf.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    count = sum(p.numel() for p in model.parameters())
+    del model
+    return count
+
+
+def offline(folder: Path, spec: str, texts: list[str], batch: int, dtype: str, device: str, repeats: int) -> dict:
+    """Texts/s of ``encode()`` on ``texts`` (median of ``repeats`` passes after a warm-up)."""
+    from nosink import EncoderFromDecoder
+
+    encoder = EncoderFromDecoder.from_pretrained(str(folder), spec=spec, dtype=dtype, device=device)
+    encoder.encode(texts[: batch * 4], batch_size=batch, show_progress_bar=False)
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize() if device.startswith("cuda") else None
+        start = time.perf_counter()
+        encoder.encode(texts, batch_size=batch, normalize_embeddings=True, show_progress_bar=False)
+        times.append(time.perf_counter() - start)
+    tokens = sum(len(t) for t in encoder.tokenizer(texts, add_special_tokens=False)["input_ids"]) + len(texts)
+    del encoder
+    torch.cuda.empty_cache() if device.startswith("cuda") else None
+    best = statistics.median(times)
+    return {"texts_per_s": len(texts) / best, "tokens_per_text": tokens / len(texts), "passes_s": times}
+
+
+# ---------------------------------------------------------------------------------------------- the client
+
+
+async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    status = int((await reader.readline()).split()[1])
+    headers = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b""):
+            return status, headers
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+
+def _request(path: str, body: bytes) -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _embed_client(port: int, bodies: list[tuple[bytes, int]], clock: dict, out: dict) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    k = 0
+    await clock["go"]
+    stop = clock["stop"]
+    while time.time() < stop:
+        request, n = bodies[k % len(bodies)]
+        k += 1
+        sent = time.perf_counter()
+        writer.write(request)
+        status, headers = await _head(reader)
+        await reader.readexactly(int(headers["content-length"]))
+        if time.time() <= stop:
+            out["latency"].append(time.perf_counter() - sent)
+            out["texts"] += n if status == 200 else 0
+            out["requests"] += 1
+            out["errors"] += status != 200
+    writer.close()
+
+
+async def _chat_client(port: int, request: bytes, clock: dict, out: dict) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    await clock["go"]
+    stop = clock["stop"]
+    while time.time() < stop:
+        sent = time.perf_counter()
+        writer.write(request)
+        status, _ = await _head(reader)
+        tokens, first = 0, None
+        while True:  # chunked transfer encoding of server-sent events
+            size = int((await reader.readline()).strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()
+                break
+            data = await reader.readexactly(size + 2)
+            for line in data.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    event = json.loads(line[6:])
+                    if event.get("usage"):
+                        tokens = event["usage"]["completion_tokens"]
+                    elif first is None and event["choices"] and event["choices"][0]["delta"].get("content"):
+                        first = time.perf_counter() - sent
+        took = time.perf_counter() - sent
+        if time.time() <= stop:
+            out["streams"].append({"tokens": tokens, "seconds": took, "first_s": first})
+            out["errors"] += status != 200
+    writer.close()
+
+
+def _load_process(port: int, plan: dict, seconds: float, ready: Any, go: Any, when: Any, results: Any) -> None:
+    """One load process: its clients connect, then all start at the time the parent sets."""
+    out: dict = {"latency": [], "texts": 0, "requests": 0, "errors": 0, "streams": []}
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        clock = {"go": loop.create_future()}
+        step = plan["embed"]
+        clients = [_embed_client(port, plan["bodies"][c::step] or plan["bodies"], clock, out) for c in range(step)]
+        clients += [_chat_client(port, plan["chat"], clock, out) for _ in range(plan["chats"])]
+        running = [asyncio.ensure_future(c) for c in clients]
+        await asyncio.sleep(0.5)  # the connections open
+        ready.put(1)
+        await loop.run_in_executor(None, go.wait)
+        clock["stop"] = when.value + seconds
+        await asyncio.sleep(max(0.0, when.value - time.time()))
+        clock["go"].set_result(None)
+        await asyncio.gather(*running)
+
+    asyncio.run(main())
+    results.put(out)
+
+
+def drive(
+    port: int,
+    model: str,
+    texts: list[str],
+    embed: int,
+    per: int,
+    chats: int,
+    seconds: float,
+    procs: int,
+    fmt: str = "float",
+    chat_tokens: int = 32,
+) -> dict:
+    """Run ``embed`` embedding clients (``per`` texts a request) and ``chats`` chat clients for ``seconds``."""
+    bodies = []
+    for i in range(0, len(texts) - per + 1, per):
+        body = json.dumps({"model": model, "input": texts[i : i + per], "encoding_format": fmt}).encode()
+        bodies.append((_request("/v1/embeddings", body), per))
+    chat = json.dumps(
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": texts[0]}],
+            "stream": True,
+            "max_tokens": chat_tokens,
+            "temperature": 0,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    context = multiprocessing.get_context("spawn")
+    results, ready, go, when = context.Queue(), context.Queue(), context.Event(), context.Value("d", 0.0)
+    n = max(1, min(procs, embed + chats))
+    workers = []
+    for p in range(n):
+        plan = {
+            "embed": len(range(p, embed, n)),
+            "chats": len(range(p, chats, n)),
+            "chat": _request("/v1/chat/completions", chat.encode()),
+        }
+        plan["bodies"] = bodies[p::n]
+        workers.append(context.Process(target=_load_process, args=(port, plan, seconds, ready, go, when, results)))
+    for w in workers:
+        w.start()
+    for _ in workers:
+        ready.get(timeout=300)
+    when.value = time.time() + 0.2
+    go.set()
+    outs = [results.get(timeout=seconds + 120) for _ in workers]
+    for w in workers:
+        w.join()
+    latency = sorted(x for o in outs for x in o["latency"])
+    streams = [s for o in outs for s in o["streams"]]
+    row = {
+        "texts_per_s": sum(o["texts"] for o in outs) / seconds,
+        "requests_per_s": sum(o["requests"] for o in outs) / seconds,
+        "errors": sum(o["errors"] for o in outs),
+        "p50_ms": 1000 * latency[len(latency) // 2] if latency else None,
+        "p99_ms": 1000 * latency[min(len(latency) - 1, int(len(latency) * 0.99))] if latency else None,
+    }
+    if streams:
+        row["chat_completions"] = len(streams)
+        row["chat_tokens_per_s_per_stream"] = statistics.median(s["tokens"] / s["seconds"] for s in streams)
+        row["chat_tokens_per_s_total"] = sum(s["tokens"] for s in streams) / seconds
+        row["chat_first_token_ms"] = 1000 * statistics.median(s["first_s"] for s in streams if s["first_s"])
+    return row
+
+
+# ---------------------------------------------------------------------------------------------- the server
+
+
+def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
+    command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
+    command += ["--workers", str(workers), "--log-level", "warning"]
+    command += ["--max-connections-per-client", "2048", "--max-connections", "4096"]
+    handle = log.open("w")
+    server = subprocess.Popen(command, stderr=handle, stdout=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 600
+    while "serving " not in log.read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    return server, port
+
+
+def gpu_memory(pid: int) -> int | None:
+    """MiB of GPU memory that process ``pid`` holds (nvidia-smi), or None."""
+    try:
+        lines = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in lines:
+        got, _, mib = line.partition(",")
+        if got.strip() == str(pid):
+            return int(mib)
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(ARCHS))
+    p.add_argument("--spec", default="F* | M0B*12")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer folder (e.g. Qwen2.5's)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--texts", type=int, default=8192)
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--workers", type=int, nargs="+", default=[4], help="front-end processes per run (0: one)")
+    p.add_argument("--load-procs", type=int, default=4, help="processes generating the load")
+    p.add_argument(
+        "--loads", nargs="+", default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"]
+    )
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    dtype = getattr(torch, args.dtype)
+    texts = corpus(args.texts)
+    report: dict = {
+        "arch": args.arch,
+        "spec": args.spec,
+        "batch": args.batch,
+        "seconds": args.seconds,
+        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": tf.__version__,
+        "runs": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "model"
+        report["parameters"] = build(args.arch, args.tokenizer, folder, dtype, args.device)
+        report["offline"] = offline(folder, args.spec, texts, args.batch, args.dtype, args.device, repeats=3)
+        base = report["offline"]["texts_per_s"]
+        print(
+            f"# {args.arch} ({report['parameters'] / 1e6:.0f}M parameters, random {args.dtype}), spec "
+            f"`{args.spec}`, {report['device']}, batch {args.batch}\n",
+            flush=True,
+        )
+        print(f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text)\n")
+        for workers in args.workers:
+            log = Path(tmp) / f"server-{workers}.log"
+            server, port = start_server(folder, args, workers, log)
+            try:
+                drive(port, "model", texts, 64, 1, 0, min(5.0, args.seconds), args.load_procs)  # warm-up
+                rows = {}
+                for load in args.loads:
+                    embed, per, chats = _load(load)
+                    rows[load] = drive(
+                        port,
+                        "model",
+                        texts,
+                        embed,
+                        per,
+                        chats,
+                        args.seconds,
+                        args.load_procs,
+                        fmt="base64" if "b64" in load else "float",
+                    )
+                    rows[load]["ratio"] = rows[load]["texts_per_s"] / base
+                    print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
+                rows["gpu_memory_mib"] = gpu_memory(server.pid)
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+            report["runs"][str(workers)] = rows
+            print(table(rows, workers, base, args.loads))
+            print(f"server log tail:\n{log.read_text()[-600:]}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+def _load(name: str) -> tuple[int, int, int]:
+    """``(embedding clients, texts per request, chat clients)`` of a load's name."""
+    if name.endswith("chat") or name.endswith("chats"):
+        if "+" in name:
+            left, right = name.split("+")
+            embed, per = (int(x) for x in left.split()[0].split("x"))
+            return embed, per, int(right.split()[0])
+        return 0, 1, int(name.split()[0])
+    embed, per = (int(x) for x in name.split()[0].split("x"))
+    return embed, per, 0
+
+
+def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
+    lines = [
+        f"\nfront-end processes: {workers}\n",
+        "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for load in loads:
+        r = rows[load]
+        chat = (
+            f"{r['chat_tokens_per_s_per_stream']:.0f} ({r['chat_tokens_per_s_total']:.0f})"
+            if "chat_tokens_per_s_total" in r
+            else ""
+        )
+        first = f"{r['chat_first_token_ms']:.0f}" if "chat_first_token_ms" in r else ""
+        lat = f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f}" if r["p50_ms"] is not None else ""
+        texts = f"{r['texts_per_s']:,.0f}" if r["texts_per_s"] else ""
+        ratio = f"{r['ratio']:.2f}" if r["texts_per_s"] else ""
+        lines.append(f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} |")
+    lines.append(f"\nGPU memory of the server process: {rows.get('gpu_memory_mib')} MiB")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
