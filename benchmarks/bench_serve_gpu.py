@@ -88,7 +88,10 @@ def offline(folder: Path, spec: str, texts: list[str], batch: int, dtype: str, d
 
 
 async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    status = int((await reader.readline()).split()[1])
+    line = await reader.readline()
+    if not line:
+        raise ConnectionError("the server closed the connection")
+    status = int(line.split()[1])
     headers = {}
     while True:
         line = await reader.readline()
@@ -106,9 +109,9 @@ def _request(path: str, body: bytes) -> bytes:
 
 
 async def _embed_client(port: int, bodies: list[tuple[bytes, int]], clock: dict, out: dict) -> None:
+    await clock["go"]  # connected only now: an idle connection would meet the server's header timeout
     reader, writer = await asyncio.open_connection(HOST, port)
     k = 0
-    await clock["go"]
     stop = clock["stop"]
     while time.time() < stop:
         request, n = bodies[k % len(bodies)]
@@ -126,8 +129,8 @@ async def _embed_client(port: int, bodies: list[tuple[bytes, int]], clock: dict,
 
 
 async def _chat_client(port: int, request: bytes, clock: dict, out: dict) -> None:
-    reader, writer = await asyncio.open_connection(HOST, port)
     await clock["go"]
+    reader, writer = await asyncio.open_connection(HOST, port)
     stop = clock["stop"]
     while time.time() < stop:
         sent = time.perf_counter()
@@ -165,7 +168,7 @@ def _load_process(port: int, plan: dict, seconds: float, ready: Any, go: Any, wh
         clients = [_embed_client(port, plan["bodies"][c::step] or plan["bodies"], clock, out) for c in range(step)]
         clients += [_chat_client(port, plan["chat"], clock, out) for _ in range(plan["chats"])]
         running = [asyncio.ensure_future(c) for c in clients]
-        await asyncio.sleep(0.5)  # the connections open
+        await asyncio.sleep(0.1)
         ready.put(1)
         await loop.run_in_executor(None, go.wait)
         clock["stop"] = when.value + seconds
