@@ -35,21 +35,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-import transformers as tf
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encoder import ARCHS
-from bench_serve import corpus, free_port
-
+HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 
 
 # ---------------------------------------------------------------------------------------------- the model
 
 
-def build(arch: str, tokenizer_dir: str, folder: Path, dtype: torch.dtype, device: str) -> int:
+# torch, transformers and the other benchmarks are imported where used: the load processes (spawned, so
+# they import this file) need none of them and start in a moment.
+
+
+def build(arch: str, tokenizer_dir: str, folder: Path, dtype: str, device: str) -> int:
     """A random causal LM of ``arch``'s shape and ``tokenizer_dir``'s tokenizer saved to ``folder``; its size."""
+    import torch
+    import transformers as tf
+    from bench_encoder import ARCHS
+
     tok = tf.AutoTokenizer.from_pretrained(tokenizer_dir)
     if not tok.chat_template:
         tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
@@ -57,7 +59,7 @@ def build(arch: str, tokenizer_dir: str, folder: Path, dtype: torch.dtype, devic
     config.vocab_size = max(config.vocab_size, len(tok))
     torch.manual_seed(0)
     with torch.device(device):
-        model = tf.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = tf.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     count = sum(p.numel() for p in model.parameters())
@@ -67,6 +69,8 @@ def build(arch: str, tokenizer_dir: str, folder: Path, dtype: torch.dtype, devic
 
 def offline(folder: Path, spec: str, texts: list[str], batch: int, dtype: str, device: str, repeats: int) -> dict:
     """Texts/s of ``encode()`` on ``texts`` (median of ``repeats`` passes after a warm-up)."""
+    import torch
+
     from nosink import EncoderFromDecoder
 
     encoder = EncoderFromDecoder.from_pretrained(str(folder), spec=spec, dtype=dtype, device=device)
@@ -249,6 +253,8 @@ def drive(
 
 
 def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path) -> tuple[subprocess.Popen, int]:
+    from bench_serve import free_port
+
     port = free_port()
     command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
     command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
@@ -284,7 +290,7 @@ def gpu_memory(pid: int) -> int | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="qwen2.5-0.5b", choices=sorted(ARCHS))
+    p.add_argument("--arch", default="qwen2.5-0.5b", help="a shape of benchmarks/bench_encoder.py's ARCHS")
     p.add_argument("--spec", default="F* | M0B*12")
     p.add_argument("--tokenizer", required=True, help="a tokenizer folder (e.g. Qwen2.5's)")
     p.add_argument("--device", default="cuda")
@@ -298,8 +304,14 @@ def main() -> None:
         "--loads", nargs="+", default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"]
     )
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
     args = p.parse_args()
-    dtype = getattr(torch, args.dtype)
+    sys.path.insert(0, str(HERE))
+    import torch
+    import transformers as tf
+    from bench_encoder import ARCHS
+    from bench_serve import corpus
+
     texts = corpus(args.texts)
     report: dict = {
         "arch": args.arch,
@@ -314,7 +326,9 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "model"
-        report["parameters"] = build(args.arch, args.tokenizer, folder, dtype, args.device)
+        if args.arch not in ARCHS:
+            raise SystemExit(f"--arch must be one of {sorted(ARCHS)}")
+        report["parameters"] = build(args.arch, args.tokenizer, folder, args.dtype, args.device)
         report["offline"] = offline(folder, args.spec, texts, args.batch, args.dtype, args.device, repeats=3)
         base = report["offline"]["texts_per_s"]
         print(
@@ -324,12 +338,13 @@ def main() -> None:
         )
         print(f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text)\n")
         for workers in args.workers:
+            loads = args.loads if workers == args.workers[0] else args.compare_loads
             log = Path(tmp) / f"server-{workers}.log"
             server, port = start_server(folder, args, workers, log)
             try:
                 drive(port, "model", texts, 64, 1, 0, min(5.0, args.seconds), args.load_procs)  # warm-up
                 rows = {}
-                for load in args.loads:
+                for load in loads:
                     embed, per, chats = _load(load)
                     rows[load] = drive(
                         port,
@@ -349,7 +364,7 @@ def main() -> None:
                 server.terminate()
                 server.wait(timeout=60)
             report["runs"][str(workers)] = rows
-            print(table(rows, workers, base, args.loads))
+            print(table(rows, workers, base, loads))
             print(f"server log tail:\n{log.read_text()[-600:]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

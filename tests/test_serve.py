@@ -694,7 +694,7 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
 
 
 def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
-    worker = _worker(server, batch_texts=3, batch_wait_ms=0)
+    worker = _worker(server, batch_texts=3, batch_size=3, batch_wait_ms=0)
     texts = [TEXTS[:2], TEXTS[:2], TEXTS]
     jobs = [_job(server, t) for t in texts]
     for job in jobs:
@@ -1222,7 +1222,7 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
             json.dumps({**OK_EMBED, "input": ["a dog ran"]}),
             {"Authorization": f"Bearer {KEY}"},
         )
-        jobs = lambda: [j for j in list(engine.inbox.queue) if isinstance(j, EmbedJob)]  # noqa: E731
+        jobs = lambda: [j for j in list(engine.inbox.queue.queue) if isinstance(j, EmbedJob)]  # noqa: E731
         _until(jobs, "the second request to wait for the worker")
         conn.sock.shutdown(2)
         conn.close()

@@ -30,6 +30,31 @@ logger = logging.getLogger(__name__)
 _STOP = object()
 
 
+class Inbox:
+    """What other threads hand the engine (jobs, and the request to stop), taken by the engine's thread."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+
+    def __len__(self) -> int:
+        return self.queue.qsize()
+
+    def put(self, item: object) -> None:
+        """Hand ``item`` to the engine (from any thread)."""
+        self.queue.put(item)
+
+    def take(self, timeout: float | None) -> list:
+        """Everything handed over so far, waiting up to ``timeout`` seconds (None: for ever) for a first item."""
+        items = []
+        try:
+            items.append(self.queue.get(timeout=timeout) if timeout != 0.0 else self.queue.get_nowait())
+            while True:
+                items.append(self.queue.get_nowait())
+        except queue.Empty:
+            pass
+        return items
+
+
 class Engine:
     """Runs the model for every request: :meth:`submit` from any thread, the work in the engine's own thread.
 
@@ -51,7 +76,7 @@ class Engine:
         plans: Mapping[str, Plan] | None = None,
     ) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0}
         self.batches = Batches(encoder, limits, self.stats, plans)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
@@ -70,7 +95,7 @@ class Engine:
 
     def busy(self) -> int:
         """Requests queued or being worked on."""
-        return self.inbox.qsize() + len(self.batches) + len(self.chats)
+        return len(self.inbox) + len(self.batches) + len(self.chats)
 
     def health(self) -> dict[str, int]:
         """Requests waiting, and the counts of work done: what ``/health`` shows."""
@@ -80,6 +105,15 @@ class Engine:
         """Queue a request.
 
         Raises:
+            ApiError: as :meth:`check`.
+        """
+        self.check(job)
+        self.inbox.put(job)
+
+    def check(self, job: EmbedJob | ChatJob) -> None:
+        """Refuse a job the engine cannot take.
+
+        Raises:
             ApiError: 404 for an embedding job naming a configuration the engine lacks, 503 if
                 ``limits.max_queue`` requests are already waiting.
         """
@@ -87,7 +121,6 @@ class Engine:
             raise ApiError(404, f"no embedding configuration {job.config!r} here", "model_not_found", "model")
         if self.busy() >= self.limits.max_queue:
             raise ApiError(503, "the server is overloaded; retry later", "server_overloaded", kind="server_error")
-        self.inbox.put(job)
 
     def cancel(self, job: EmbedJob | ChatJob) -> None:
         """Stop work on a request whose client is gone (a no-op once it is done)."""
@@ -122,14 +155,7 @@ class Engine:
     def _take(self) -> bool:
         """Move what is in the inbox into the engine's lists; False once asked to stop."""
         timeout = 0.0 if len(self.chats) else self.batches.wait()
-        items = []
-        try:
-            items.append(self.inbox.get(timeout=timeout) if timeout != 0.0 else self.inbox.get_nowait())
-            while True:
-                items.append(self.inbox.get_nowait())
-        except queue.Empty:
-            pass
-        for item in items:
+        for item in self.inbox.take(timeout):
             if item is _STOP:
                 for job in self.batches.jobs():
                     if not job.future.cancel() and not job.future.done():  # already running

@@ -4,8 +4,11 @@ One process holds the weights and runs the :class:`~nosink.serve.engine.Engine`;
 processes (spawned, each with a copy of :class:`~nosink.serve.served.Served`: the tokenizer and limits,
 no weights) accept connections on the same bound sockets, read and check requests, tokenize them and
 write the answers. A front-end hands each job to the model's process through its own pipe
-(:class:`RemoteEngine`, the routes' engine there) and gets back vectors or chat events; the model's
-process reads every pipe in a thread of its own (:class:`EngineHost`). So the interpreter lock of the
+(:class:`RemoteEngine`, the routes' engine there) and gets back vectors or chat events. Each side reads
+its pipes in the thread that uses what comes: a front-end's event loop, and the engine's thread in the
+model's process (:class:`PipeInbox`), which reads every pipe between two units of work. A hand-over
+between threads costs up to the interpreter's switch interval (5 ms) per message, which would cap
+the server near a few hundred requests a second; there is none here. So the interpreter lock of the
 model's process is spent launching kernels, not parsing JSON: one process could not keep a GPU busy
 on short requests (see the serving guide's measurements).
 
@@ -14,6 +17,7 @@ engine's queue never overflows. A front-end that dies is started again; Ctrl-C o
 front-ends (open streams get their grace period), then the engine.
 """
 
+import asyncio
 import concurrent.futures
 import itertools
 import logging
@@ -26,7 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for
 from typing import Any
 
-from nosink.serve.engine import Engine
+from nosink.serve.engine import Engine, Inbox
 from nosink.serve.jobs import ChatJob, EmbedJob
 from nosink.serve.limits import ApiError
 from nosink.serve.served import Served
@@ -39,6 +43,9 @@ _GONE = "the model's process is gone"
 class RemoteEngine:
     """The engine of another process, reached through ``conn``: what a front-end's routes hand their work to.
 
+    The front-end's event loop reads the pipe itself (``add_reader``), so an answer reaches its request
+    without a thread handing it over (each hand-over between threads waits for the interpreter lock).
+
     Args:
         conn: this front-end's end of the pipe to the model's process.
         most: requests this front-end has in flight at most (more: 503).
@@ -46,19 +53,30 @@ class RemoteEngine:
 
     def __init__(self, conn: Connection, most: int) -> None:
         self.conn, self.most = conn, most
-        self.lock = threading.Lock()  # one message at a time on the pipe
+        self.lock = threading.Lock()  # one message at a time on the pipe (health is asked from another thread)
         self.ids = itertools.count()
         self.jobs: dict[int, EmbedJob | ChatJob] = {}
         self.idents: dict[int, int] = {}  # id(job) -> its number on the pipe
         self.asked: dict[int, concurrent.futures.Future] = {}  # health questions waiting for their answer
-        self.thread = threading.Thread(target=self._receive, name="nosink-remote", daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
-        """Start reading the model's answers."""
-        self.thread.start()
+        """Read the model's answers in the running event loop (call it from there: the app's start-up)."""
+        self.loop = asyncio.get_running_loop()
+        self.loop.add_reader(self.conn.fileno(), self._drain)
 
     def stop(self) -> None:
-        """Close the pipe (the model's process forgets this front-end's work)."""
+        """Stop reading and close the pipe (the model's process forgets this front-end's work)."""
+        loop, self.loop = self.loop, None
+        if loop is not None and not loop.is_closed():
+            done = threading.Event()
+
+            def close() -> None:
+                loop.remove_reader(self.conn.fileno())
+                done.set()
+
+            loop.call_soon_threadsafe(close)
+            done.wait(5)
         self.conn.close()
 
     def submit(self, job: EmbedJob | ChatJob) -> None:
@@ -80,7 +98,7 @@ class RemoteEngine:
             self._send(("cancel", ident, None))
 
     def health(self) -> dict[str, int]:
-        """The engine's counts (``/health``), asked of the model's process."""
+        """The engine's counts (``/health``), asked of the model's process (call it off the event loop)."""
         ident, answer = next(self.ids), concurrent.futures.Future()
         self.asked[ident] = answer
         self._send(("health", ident, None))
@@ -106,27 +124,34 @@ class RemoteEngine:
             self.idents.pop(id(job), None)
         return job
 
-    def _receive(self) -> None:
-        while True:
-            try:
-                kind, ident, payload = self.conn.recv()
-            except (EOFError, OSError):
-                break
-            if kind == "health":
-                asked = self.asked.pop(ident, None)
-                if asked is not None:
-                    asked.set_result(payload)
-            elif kind == "event":
-                job = self.jobs.get(ident)
-                if isinstance(job, ChatJob):
-                    if payload[0] in ("done", "error"):
-                        self._done(ident)
-                    job.emit(payload)
-            else:  # "vectors" or "failed"
-                job = self._done(ident)
-                if isinstance(job, EmbedJob):
-                    _settle(job.future, payload, kind == "failed")
-        for job in list(self.jobs.values()):  # the pipe broke: nothing more will come
+    def _drain(self) -> None:
+        """Handle every message waiting on the pipe (in the event loop)."""
+        try:
+            while self.conn.poll():
+                self._handle(*self.conn.recv())
+        except (EOFError, OSError):  # the model's process is gone: nothing more will come
+            if self.loop is not None:
+                self.loop.remove_reader(self.conn.fileno())
+            self._broken()
+
+    def _handle(self, kind: str, ident: int, payload: Any) -> None:
+        if kind == "health":
+            asked = self.asked.pop(ident, None)
+            if asked is not None:
+                asked.set_result(payload)
+        elif kind == "event":
+            job = self.jobs.get(ident)
+            if isinstance(job, ChatJob):
+                if payload[0] in ("done", "error"):
+                    self._done(ident)
+                job.emit(payload)
+        else:  # "vectors" or "failed"
+            job = self._done(ident)
+            if isinstance(job, EmbedJob):
+                _settle(job.future, payload, kind == "failed")
+
+    def _broken(self) -> None:
+        for job in list(self.jobs.values()):
             if isinstance(job, EmbedJob):
                 _settle(job.future, RuntimeError(_GONE), True)
             else:
@@ -147,75 +172,113 @@ def _settle(future: concurrent.futures.Future, value: Any, failed: bool) -> None
         pass
 
 
-class EngineHost:
-    """Serves one engine to front-end processes: a thread per pipe reads their jobs and sends back results."""
+class _Peer:
+    """One front-end, as the model's process sees it: its pipe and the jobs it has in flight."""
+
+    def __init__(self, conn: Connection, ready: Callable[[str | None], None]) -> None:
+        self.conn, self.ready = conn, ready
+        self.jobs: dict[int, EmbedJob | ChatJob] = {}
+
+    def send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):  # the front-end is gone; its jobs are cancelled when its pipe ends
+            pass
+
+
+class PipeInbox(Inbox):
+    """The engine's inbox in the model's process: the front-ends' pipes, read by the engine's own thread.
+
+    :meth:`take` waits on every pipe at once and reads all that has come: jobs become the engine's work,
+    cancellations and health questions are handled on the spot. Answers go back from the engine's thread
+    as each job finishes. No other thread touches the pipes, so no message waits for a hand-over.
+    """
 
     def __init__(self, engine: Engine) -> None:
+        super().__init__()
         self.engine = engine
+        self.peers: list[_Peer] = []
+        self.added: list[_Peer] = []  # attached by another thread, joined at the next take()
+        self.lock = threading.Lock()
+        self.wake_r, self.wake_w = multiprocessing.Pipe(duplex=False)
 
     def attach(self, conn: Connection, ready: Callable[[str | None], None]) -> None:
         """Serve the front-end at the other end of ``conn``; ``ready(None)`` once it serves, ``ready(why)`` if not."""
-        threading.Thread(target=self._serve, args=(conn, ready), name="nosink-host", daemon=True).start()
+        with self.lock:
+            self.added.append(_Peer(conn, ready))
+        self.wake_w.send_bytes(b"")
 
-    def _serve(self, conn: Connection, ready: Callable[[str | None], None]) -> None:
-        lock, jobs = threading.Lock(), {}
+    def put(self, item: object) -> None:
+        super().put(item)
+        self.wake_w.send_bytes(b"")
 
-        def send(message: tuple) -> None:
-            try:
-                with lock:
-                    conn.send(message)
-            except (OSError, ValueError):  # the front-end is gone; its jobs are cancelled below
-                pass
-
-        def answer(ident: int, future: concurrent.futures.Future) -> None:
-            jobs.pop(ident, None)
-            if not future.cancelled():
-                error = future.exception()
-                send(("failed", ident, error) if error is not None else ("vectors", ident, future.result()))
-
-        def emitter(ident: int) -> Callable[[tuple], None]:
-            def emit(event: tuple) -> None:
-                if event[0] in ("done", "error"):
-                    jobs.pop(ident, None)
-                send(("event", ident, event))
-
-            return emit
-
-        while True:
-            try:
-                kind, ident, payload = conn.recv()
-            except (EOFError, OSError):
-                break
-            except Exception:  # a message that does not unpickle here: a bug, logged; the pipe goes on
-                logger.exception("a front-end sent a message the model's process cannot read")
+    def take(self, timeout: float | None) -> list:
+        with self.lock:
+            self.peers += self.added
+            self.added = []
+        by_conn = {peer.conn: peer for peer in self.peers}
+        items = []
+        for ready in wait_for([*by_conn, self.wake_r], timeout):
+            if ready is self.wake_r:
+                while self.wake_r.poll():
+                    self.wake_r.recv_bytes()
                 continue
-            if kind == "job":
-                job = payload
-                jobs[ident] = job
-                if isinstance(job, ChatJob):
-                    job.emit = emitter(ident)
-                else:
-                    job.future.add_done_callback(lambda future, ident=ident: answer(ident, future))
-                try:
-                    self.engine.submit(job)
-                except ApiError as err:
-                    jobs.pop(ident, None)
-                    send(
-                        ("failed", ident, err)
-                        if isinstance(job, EmbedJob)
-                        else ("event", ident, ("error", err.message))
-                    )
-            elif kind == "cancel":
-                job = jobs.pop(ident, None)
-                if job is not None:
+            peer = by_conn[ready]
+            try:
+                while peer.conn.poll():
+                    job = self._handle(peer, *peer.conn.recv())
+                    if job is not None:
+                        items.append(job)
+            except (EOFError, OSError):  # the front-end is gone: so are its clients
+                for job in peer.jobs.values():
                     self.engine.cancel(job)
-            elif kind == "health":
-                send(("health", ident, self.engine.health()))
-            elif kind == "ready":
-                ready(payload)
-        for job in list(jobs.values()):  # the front-end is gone: so are its clients
-            self.engine.cancel(job)
-        conn.close()
+                self.peers.remove(peer)
+                peer.conn.close()
+        return super().take(0.0) + items
+
+    def _handle(self, peer: _Peer, kind: str, ident: int, payload: Any) -> EmbedJob | ChatJob | None:
+        if kind == "job":
+            job = payload
+            try:
+                self.engine.check(job)
+            except ApiError as err:
+                chat = isinstance(job, ChatJob)
+                peer.send(("event", ident, ("error", err.message)) if chat else ("failed", ident, err))
+                return None
+            peer.jobs[ident] = job
+            if isinstance(job, ChatJob):
+                job.emit = _emitter(peer, ident)
+            else:
+                job.future.add_done_callback(lambda future, ident=ident: _answer(peer, ident, future))
+            return job
+        if kind == "cancel":
+            job = peer.jobs.pop(ident, None)
+            if job is not None:
+                self.engine.cancel(job)
+        elif kind == "health":
+            peer.send(("health", ident, self.engine.health()))
+        elif kind == "ready":
+            peer.ready(payload)
+        return None
+
+
+def _answer(peer: _Peer, ident: int, future: concurrent.futures.Future) -> None:
+    """Send an embedding job's vectors (or its error) back to its front-end."""
+    peer.jobs.pop(ident, None)
+    if not future.cancelled():
+        error = future.exception()
+        peer.send(("failed", ident, error) if error is not None else ("vectors", ident, future.result()))
+
+
+def _emitter(peer: _Peer, ident: int) -> Callable[[tuple], None]:
+    """A chat job's ``emit`` in the model's process: its events go back to its front-end."""
+
+    def emit(event: tuple) -> None:
+        if event[0] in ("done", "error"):
+            peer.jobs.pop(ident, None)
+        peer.send(("event", ident, event))
+
+    return emit
 
 
 def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], host: str, log_level: str) -> None:
@@ -252,7 +315,8 @@ class FrontEnds:
         self.served.workers = workers
         self.workers, self.host, self.sockets, self.log_level = workers, host, sockets, log_level
         self.context = multiprocessing.get_context("spawn")  # no fork after CUDA or threads
-        self.host_side = EngineHost(self.engine)
+        self.inbox = PipeInbox(self.engine)
+        self.engine.inbox = self.inbox
         self.processes: list[Any] = []
         self.stopping = threading.Event()
 
@@ -289,7 +353,7 @@ class FrontEnds:
         )
         process.start()
         theirs.close()
-        self.host_side.attach(mine, ready)
+        self.inbox.attach(mine, ready)
         return process
 
     def wait(self) -> None:

@@ -5,6 +5,7 @@ only what :class:`Served` describes, so the same routes run beside the model or 
 """
 
 import asyncio
+import functools
 import hmac
 import logging
 import time
@@ -31,6 +32,9 @@ from nosink.serve.responses import dumps, embedding_body
 from nosink.serve.served import Served
 
 logger = logging.getLogger(__name__)
+
+# Requests of at most this many characters are tokenized in the event loop, longer ones in a thread.
+_INLINE_CHARS = 4096
 
 # Codes of the web framework's own routing errors; any other status: "http_error".
 _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
@@ -149,10 +153,12 @@ def build_app(served: Served, engine: Runs) -> Any:
         fmt, width, instruction = embedding_options(data, config.dims, prompts)
         # Tokenized once, as the configuration frames its texts: the tokens counted against the limit here are
         # the tokens the engine runs.
+        tokenize = functools.partial(_texts.tokenize, tokenizer, texts, instruction, sink=sink, **config.framing())
         try:
-            tokens = await run_in_threadpool(
-                _texts.tokenize, tokenizer, texts, instruction, sink=sink, **config.framing()
-            )
+            # A short request is tokenized here: handing it to a thread costs more than its tokens (the
+            # thread waits for the interpreter lock); a long one in a thread, so others are not held up.
+            short = sum(map(len, texts)) <= _INLINE_CHARS
+            tokens = tokenize() if short else await run_in_threadpool(tokenize)
         except (TypeError, ValueError) as err:
             raise ApiError(400, printable(str(err)), "invalid_input", "input") from None
         lengths = tokens.lengths
