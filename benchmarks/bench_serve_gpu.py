@@ -121,9 +121,16 @@ async def _embed_client(port: int, bodies: list[tuple[bytes, int]], clock: dict,
         request, n = bodies[k % len(bodies)]
         k += 1
         sent = time.perf_counter()
-        writer.write(request)
-        status, headers = await _head(reader)
-        await reader.readexactly(int(headers["content-length"]))
+        try:
+            writer.write(request)
+            status, headers = await _head(reader)
+            await reader.readexactly(int(headers["content-length"]))
+        except (OSError, asyncio.IncompleteReadError, ValueError, KeyError) as err:  # counted, then a new connection
+            out["errors"] += 1
+            out["error_kinds"][type(err).__name__] = out["error_kinds"].get(type(err).__name__, 0) + 1
+            writer.close()
+            reader, writer = await asyncio.open_connection(HOST, port)
+            continue
         if time.time() <= stop:
             out["latency"].append(time.perf_counter() - sent)
             out["texts"] += n if status == 200 else 0
@@ -163,7 +170,7 @@ async def _chat_client(port: int, request: bytes, clock: dict, out: dict) -> Non
 
 def _load_process(port: int, plan: dict, seconds: float, ready: Any, go: Any, when: Any, results: Any) -> None:
     """One load process: its clients connect, then all start at the time the parent sets."""
-    out: dict = {"latency": [], "texts": 0, "requests": 0, "errors": 0, "streams": []}
+    out: dict = {"latency": [], "texts": 0, "requests": 0, "errors": 0, "streams": [], "error_kinds": {}}
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -234,7 +241,12 @@ def drive(
         w.join()
     latency = sorted(x for o in outs for x in o["latency"])
     streams = [s for o in outs for s in o["streams"]]
+    kinds: dict[str, int] = {}
+    for o in outs:
+        for kind, n in o["error_kinds"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
     row = {
+        "error_kinds": kinds,
         "texts_per_s": sum(o["texts"] for o in outs) / seconds,
         "requests_per_s": sum(o["requests"] for o in outs) / seconds,
         "errors": sum(o["errors"] for o in outs),
@@ -268,6 +280,14 @@ def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path
             raise SystemExit(f"the server did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
     return server, port
+
+
+def health(port: int) -> dict:
+    """The server's ``/health`` counters."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=60) as answer:
+        return json.loads(answer.read())
 
 
 def gpu_memory(pid: int) -> int | None:
@@ -346,6 +366,7 @@ def main() -> None:
                 rows = {}
                 for load in loads:
                     embed, per, chats = _load(load)
+                    before, started = health(port), time.perf_counter()
                     rows[load] = drive(
                         port,
                         "model",
@@ -358,8 +379,17 @@ def main() -> None:
                         fmt="base64" if "b64" in load else "float",
                     )
                     rows[load]["ratio"] = rows[load]["texts_per_s"] / base
+                    after, took = health(port), time.perf_counter() - started
+                    batches = after["embedding_batches"] - before["embedding_batches"]
+                    rows[load]["rows_per_batch"] = (after["embedded_texts"] - before["embedded_texts"]) / max(
+                        1, batches
+                    )
+                    rows[load]["engine_busy"] = (after["busy_ms"] - before["busy_ms"]) / 1000 / took
                     print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
+            except BaseException:
+                print(f"server log tail:\n{log.read_text()[-3000:]}", flush=True)
+                raise
             finally:
                 server.terminate()
                 server.wait(timeout=60)
@@ -385,8 +415,9 @@ def _load(name: str) -> tuple[int, int, int]:
 def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
     lines = [
         f"\nfront-end processes: {workers}\n",
-        "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms |",
-        "|---|---|---|---|---|---|---|",
+        "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms "
+        "| rows a batch | engine busy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for load in loads:
         r = rows[load]
@@ -399,7 +430,8 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
         lat = f"{r['p50_ms']:.0f} / {r['p99_ms']:.0f}" if r["p50_ms"] is not None else ""
         texts = f"{r['texts_per_s']:,.0f}" if r["texts_per_s"] else ""
         ratio = f"{r['ratio']:.2f}" if r["texts_per_s"] else ""
-        lines.append(f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} |")
+        busy = f"{r['rows_per_batch']:.0f} | {r['engine_busy']:.0%}" if "engine_busy" in r else " | "
+        lines.append(f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} |")
     lines.append(f"\nGPU memory of the server process: {rows.get('gpu_memory_mib')} MiB")
     return "\n".join(lines)
 

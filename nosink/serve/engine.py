@@ -77,7 +77,8 @@ class Engine:
     ) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
-        self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0}
+        # busy_ms: the engine's time in embedding batches and chat steps (against the wall clock: how loaded it is)
+        self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0, "busy_ms": 0}
         self.batches = Batches(encoder, limits, self.stats, plans)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
@@ -147,8 +148,10 @@ class Engine:
                         sign = 1.0
                     else:
                         continue
+                    took = time.perf_counter() - start
+                    self.stats["busy_ms"] += round(took * 1000)
                     if both:
-                        lead += sign * (time.perf_counter() - start)
+                        lead += sign * took
                 except Exception:  # the engine must outlive any one request
                     logger.exception("model engine: unexpected error (the engine goes on)")
 

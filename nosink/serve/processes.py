@@ -30,6 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for
 from typing import Any
 
+from nosink.serve.channel import Channel
 from nosink.serve.engine import Engine, Inbox
 from nosink.serve.jobs import ChatJob, EmbedJob
 from nosink.serve.limits import ApiError
@@ -43,8 +44,9 @@ _GONE = "the model's process is gone"
 class RemoteEngine:
     """The engine of another process, reached through ``conn``: what a front-end's routes hand their work to.
 
-    The front-end's event loop reads the pipe itself (``add_reader``), so an answer reaches its request
-    without a thread handing it over (each hand-over between threads waits for the interpreter lock).
+    The front-end's event loop reads and writes the pipe itself (:class:`~nosink.serve.channel.Channel`),
+    so an answer reaches its request without a thread handing it over (each hand-over between threads
+    waits for the interpreter lock), and a job is sent without ever blocking the loop.
 
     Args:
         conn: this front-end's end of the pipe to the model's process.
@@ -53,31 +55,31 @@ class RemoteEngine:
 
     def __init__(self, conn: Connection, most: int) -> None:
         self.conn, self.most = conn, most
-        self.lock = threading.Lock()  # one message at a time on the pipe (health is asked from another thread)
         self.ids = itertools.count()
         self.jobs: dict[int, EmbedJob | ChatJob] = {}
         self.idents: dict[int, int] = {}  # id(job) -> its number on the pipe
         self.asked: dict[int, concurrent.futures.Future] = {}  # health questions waiting for their answer
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.channel: Channel | None = None  # the pipe, read and written by the event loop (see start())
 
     def start(self) -> None:
         """Read the model's answers in the running event loop (call it from there: the app's start-up)."""
         self.loop = asyncio.get_running_loop()
-        self.loop.add_reader(self.conn.fileno(), self._drain)
+        self.channel = Channel(self.conn, self.loop, lambda message: self._handle(*message), self._broken)
 
     def stop(self) -> None:
         """Stop reading and close the pipe (the model's process forgets this front-end's work)."""
-        loop, self.loop = self.loop, None
-        if loop is not None and not loop.is_closed():
-            done = threading.Event()
+        loop, channel = self.loop, self.channel
+        if loop is None or channel is None or loop.is_closed():
+            return
+        done = threading.Event()
 
-            def close() -> None:
-                loop.remove_reader(self.conn.fileno())
-                done.set()
+        def close() -> None:
+            channel.close()
+            done.set()
 
-            loop.call_soon_threadsafe(close)
-            done.wait(5)
-        self.conn.close()
+        loop.call_soon_threadsafe(close)
+        done.wait(5)
 
     def submit(self, job: EmbedJob | ChatJob) -> None:
         """Send ``job`` to the model's process.
@@ -113,8 +115,10 @@ class RemoteEngine:
 
     def _send(self, message: tuple) -> None:
         try:
-            with self.lock:
+            if self.channel is None:  # before start(): announce() of a front-end that could not start
                 self.conn.send(message)
+            else:
+                self.channel.send(message)
         except (OSError, ValueError):  # the pipe is closed: the model's process is gone
             raise ApiError(503, f"{_GONE}; retry later", "server_unavailable", kind="server_error") from None
 
@@ -123,16 +127,6 @@ class RemoteEngine:
         if job is not None:
             self.idents.pop(id(job), None)
         return job
-
-    def _drain(self) -> None:
-        """Handle every message waiting on the pipe (in the event loop)."""
-        try:
-            while self.conn.poll():
-                self._handle(*self.conn.recv())
-        except (EOFError, OSError):  # the model's process is gone: nothing more will come
-            if self.loop is not None:
-                self.loop.remove_reader(self.conn.fileno())
-            self._broken()
 
     def _handle(self, kind: str, ident: int, payload: Any) -> None:
         if kind == "health":
