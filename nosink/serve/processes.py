@@ -280,6 +280,9 @@ def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], h
     from nosink.serve.http import _server
     from nosink.serve.routes import build_app
 
+    import torch
+
+    torch.set_num_threads(1)  # a front-end runs no model: torch's thread pool would only take cores
     logging.basicConfig(level=logging.WARNING)
     workers = max(1, served.workers)
     engine = RemoteEngine(conn, max(1, served.limits.max_queue // workers))
