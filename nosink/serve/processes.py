@@ -277,10 +277,10 @@ def _emitter(peer: _Peer, ident: int) -> Callable[[tuple], None]:
 
 def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], host: str, log_level: str) -> None:
     """A front-end process: the routes over a :class:`RemoteEngine`, served by uvicorn on the shared sockets."""
+    import torch
+
     from nosink.serve.http import _server
     from nosink.serve.routes import build_app
-
-    import torch
 
     torch.set_num_threads(1)  # a front-end runs no model: torch's thread pool would only take cores
     logging.basicConfig(level=logging.WARNING)
