@@ -1,6 +1,6 @@
 """Where an engine's embedding batch spends its time on a GPU: one batch of N one-text requests, profiled.
 
-    python benchmarks/results/serve-step-probe.py --tokenizer TOKENIZER_DIR --arch qwen2.5-0.5b --spec "F* | M0B*12"
+python benchmarks/results/serve-step-probe.py --tokenizer TOKENIZER_DIR --arch qwen2.5-0.5b --spec "F* | M0B*12"
 """
 
 import argparse

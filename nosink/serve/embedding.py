@@ -118,9 +118,9 @@ class Batches:
             self._run(self.chunks.popleft())
 
     def _gather(self) -> None:
-        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, or ``batch_size``
-        if larger) into batches: one row per distinct
-        tokens, rows grouped by the plans wanting them, each group sorted by length (see the module docstring)."""
+        """Cut the inputs of waiting requests (up to ``batch_texts`` texts, or ``batch_size`` if larger) into
+        batches: one row per distinct tokens, rows grouped by the plans wanting them, each group sorted by
+        length (see the module docstring)."""
         jobs, count, most = [], 0, max(self.limits.batch_texts, self.limits.batch_size)
         while self.waiting and (not jobs or count + len(self.waiting[0]) <= most):
             job = self.waiting.pop(0)
