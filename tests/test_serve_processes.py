@@ -28,7 +28,8 @@ from nosink.serve import ApiError, Limits, ServerThread, create_app  # noqa: E40
 def served():
     lm, tok = tiny_chat_model()
     limits = Limits(max_inputs=4, max_tokens_per_text=12, max_queue=8)
-    app = create_app(lm, tok, SPEC, name="tiny", prompts=PROMPTS, api_key=KEY, limits=limits)
+    configs = {"tiny": SPEC, "early": "F* | B @ exit 3"}  # a second embedding configuration, under its own id
+    app = create_app(lm, tok, configs, name="tiny", prompts=PROMPTS, api_key=KEY, limits=limits)
     with ServerThread(app, workers=2) as running:
         running.app = app
         yield running
@@ -56,6 +57,17 @@ def test_embeddings_from_front_ends_equal_encode(served, client):
     got = client.embeddings.create(model="tiny", input=TEXTS[:1], extra_body={"prompt_name": "query"})
     want = encoder.encode(TEXTS[:1], PROMPTS["query"], normalize_embeddings=True)
     np.testing.assert_allclose(np.array(got.data[0].embedding), want[0], atol=1e-6, rtol=0)
+
+
+def test_a_configuration_named_by_the_request_crosses_to_the_model_process(served, client):
+    from nosink import EncoderFromDecoder
+
+    lm, tok = served.app.state.model, served.app.state.served.tokenizer
+    early = EncoderFromDecoder.from_model(lm, "F* | B", tok, exit_layer=3)
+    got = client.embeddings.create(model="early", input=TEXTS, encoding_format="float")
+    vectors = np.array([row.embedding for row in got.data], dtype=np.float32)
+    np.testing.assert_allclose(vectors, early.encode(TEXTS, normalize_embeddings=True), atol=1e-5, rtol=0)
+    assert not np.allclose(vectors, served.app.state.encoder.encode(TEXTS, normalize_embeddings=True), atol=1e-3)
 
 
 def test_chat_from_front_ends_equals_generate(served, client):
