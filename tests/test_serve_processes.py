@@ -93,6 +93,16 @@ def test_bad_requests_are_answered_by_the_front_ends(served, client):
         bad.embeddings.create(model="tiny", input=TEXTS)
 
 
+def test_each_front_end_takes_its_share_of_the_server_caps():
+    from nosink.serve.processes import share_of
+
+    limits = Limits(max_queue=1024, max_connections=512, max_connections_per_client=64)
+    share = share_of(limits, 4)
+    assert (share.max_queue, share.max_connections, share.max_connections_per_client) == (256, 128, 64)
+    assert share_of(Limits(max_queue=3, max_connections=2), 4).max_connections == 1  # never 0: it could serve none
+    assert share_of(limits, 1) == limits
+
+
 def test_errors_cross_between_processes_whole():
     import pickle
 

@@ -13,12 +13,15 @@ model's process is spent launching kernels, not parsing JSON: one process could 
 on short requests (see the serving guide's measurements).
 
 Each front-end takes at most ``limits.max_queue // workers`` requests at once (more: 503), so the
-engine's queue never overflows. A front-end that dies is started again; Ctrl-C or SIGTERM stops the
+engine's queue never overflows, and at most ``limits.max_connections // workers`` open connections, so
+the server's cap holds; ``limits.max_connections_per_client`` applies in each front-end. A front-end
+that dies is started again; Ctrl-C or SIGTERM stops the
 front-ends (open streams get their grace period), then the engine.
 """
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import itertools
 import logging
 import multiprocessing
@@ -33,7 +36,7 @@ from typing import Any
 from nosink.serve.channel import Channel
 from nosink.serve.engine import Engine, Inbox
 from nosink.serve.jobs import ChatJob, EmbedJob
-from nosink.serve.limits import ApiError
+from nosink.serve.limits import ApiError, Limits
 from nosink.serve.served import Served
 
 logger = logging.getLogger(__name__)
@@ -275,6 +278,20 @@ def _emitter(peer: _Peer, ident: int) -> Callable[[tuple], None]:
     return emit
 
 
+def share_of(limits: Limits, workers: int) -> Limits:
+    """One front-end's limits among ``workers``: its share of the waiting requests and open connections.
+
+    Each front-end counts only its own, so shares keep the server's totals; a client's own connection cap
+    stays whole in each (the kernel may hand all of one client's connections to one front-end).
+    """
+    workers = max(1, workers)
+    return dataclasses.replace(
+        limits,
+        max_queue=max(1, limits.max_queue // workers),
+        max_connections=max(1, limits.max_connections // workers),
+    )
+
+
 def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], host: str, log_level: str) -> None:
     """A front-end process: the routes over a :class:`RemoteEngine`, served by uvicorn on the shared sockets."""
     import torch
@@ -284,9 +301,9 @@ def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], h
 
     torch.set_num_threads(1)  # a front-end runs no model: torch's thread pool would only take cores
     logging.basicConfig(level=logging.WARNING)
-    workers = max(1, served.workers)
-    engine = RemoteEngine(conn, max(1, served.limits.max_queue // workers))
-    app = build_app(served, engine)
+    limits = share_of(served.limits, served.workers)
+    engine = RemoteEngine(conn, limits.max_queue)
+    app = build_app(dataclasses.replace(served, limits=limits), engine)
     server = _server(app, host, sockets, log_level, lambda url: engine.announce(None))
     try:
         server.serve_until_stopped()
