@@ -1004,6 +1004,45 @@ def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
     assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
 
 
+def test_cli_serve_with_front_end_processes_serves_and_stops_them_on_ctrl_c(tmp_path):
+    folder = _saved_chat_model(tmp_path / "m")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--workers", "2"]
+    server = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_a_terminal_sends_it
+    )
+    children = []
+    try:
+        for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
+            if line.startswith("serving "):
+                break
+        assert line.startswith(f"serving m (spec {SPEC}, chat), 2 front-end processes on http://127.0.0.1:{port}/v1")
+        children = [int(p) for p in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+        assert len(children) >= 2  # the front-ends (and multiprocessing's resource tracker)
+        body = json.dumps({"model": "m", "input": TEXTS})
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        assert answer.status == 200 and len(json.loads(answer.read())["data"]) == len(TEXTS)
+        conn.close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        rest = server.communicate(timeout=120)[1]
+    assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
+    for pid in children:  # none is left behind
+        deadline = time.monotonic() + 30  # a bound on waiting, not a timing assertion
+        while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), pid
+
+
+def _state(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return "gone"
+
+
 def test_bind_refuses_a_taken_port_or_a_bad_one():
     with _taken() as other:
         port = other.getsockname()[1]

@@ -405,11 +405,22 @@ def serve_front_ends(
     log_level: str,
     on_started: Callable[[str], None] | None,
 ) -> None:
-    """Serve ``app`` with ``workers`` front-end processes until SIGINT or SIGTERM (in the main thread)."""
+    """Serve ``app`` with ``workers`` front-end processes until SIGINT or SIGTERM (in the main thread).
+
+    Raises:
+        KeyboardInterrupt: after a clean stop on SIGINT (Ctrl-C), as uvicorn does in one process.
+        OSError: if a front-end does not start.
+    """
     from nosink.serve.http import _url
 
     ends = FrontEnds(app, workers, host, sockets, log_level)
-    previous = {sig: signal.signal(sig, lambda *_: ends.stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    got: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        got.append(signum)
+        ends.stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         ends.start()
         if on_started is not None:
@@ -419,3 +430,5 @@ def serve_front_ends(
         ends.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if signal.SIGINT in got:  # as uvicorn does in one process: Ctrl-C ends the program as an interrupt
+        raise KeyboardInterrupt
