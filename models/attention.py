@@ -24,10 +24,14 @@ at the end.
 
 A padded batch can also run *packed* (:class:`Packed`): the encoder drops the padding tokens once before
 the first layer and runs every layer on one stream ``(1, N)`` of the real tokens, sequences one after
-another, each token with its true position. Attention then runs per sequence with ``cu_seqlens``: the
-variable-length flash kernel on CUDA (fp16/bf16), an exact per-sequence SDPA loop elsewhere. Every kind
-has a packed route (``R`` reverses each sequence inside the stream; ``M<n>`` kinds split each sequence at
-``n``), so neither the MLP nor the projections ever see a padding token.
+another, each token with its true position. Attention then runs per segment of the stream (``cu_seqlens``):
+the variable-length flash kernel on CUDA (fp16/bf16), an exact per-sequence SDPA loop elsewhere. Each kind is
+one or two such calls, with no gather: ``F``, ``B`` and ``R`` attend within each row over a causal, full or
+reverse-causal window (flash attention's ``(left, right)`` window ``(0, -1)``: each query and every key
+after it); ``M<n>F`` cuts each row into ``n + 1`` one-token segments (a query alone attends itself) and the
+rest; ``M<n>B`` attends within ``[0..n][n+1..]`` and takes the head places from the reverse-causal call over
+the whole row. Neither the MLP nor the projections ever see a padding token, and a stream of fixed size
+needs no host value per batch, so it can be captured in a CUDA graph (:mod:`nosink.models.graphs`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import inspect
 import itertools
 import logging
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +53,7 @@ __all__ = ["Layout", "Packed", "Route", "attend", "fast_route"]
 logger = logging.getLogger(__name__)
 
 # Below this share of the sequence, the head queries of M<n>B use a small (n+1, T) mask; above it,
-# the R route over the whole sequence (one causal kernel) is cheaper than a masked kernel.
+# the R route over the whole sequence (one causal kernel) is cheaper than a masked kernel (padded layout).
 _SMALL_HEAD = 0.25
 
 
@@ -140,8 +144,10 @@ class Layout:
 class Packed:
     """A padded batch's real tokens packed into one stream ``(1, N)``, its rows one after another.
 
-    Built once per batch with one host sync (the row lengths); every index a layer needs is then
-    computed on the device from them, with no further sync.
+    Built once per batch with one host sync (the row lengths, unless given). Attention then needs only
+    the rows' bounds in the stream (``cu``) and each token's place in its row (``positions``), both on the
+    device: every segmentation a layer kind asks for is computed from them, so a batch of fixed size (a
+    CUDA graph's stream, :meth:`stream`) runs every kind with no host value but ``max_length``.
 
     Args:
         attention_mask: ``(B, T)``, 1 (or True) for real tokens, 0 for padding, on either side.
@@ -151,93 +157,86 @@ class Packed:
     def __init__(self, attention_mask: torch.Tensor, lengths: list[int] | None = None) -> None:
         real = attention_mask.bool()
         self.batch, self.seq = real.shape
-        self.device = real.device
         counts = real.sum(-1)  # (B,)
-        self.lengths: list[int] = counts.tolist() if lengths is None else list(lengths)  # the one host sync
+        self.lengths: list[int] | None = counts.tolist() if lengths is None else list(lengths)  # the one host sync
         self.total = sum(self.lengths)
         self.max_length = max(self.lengths, default=0)
         self.padded = self.total < self.batch * self.seq
         # (N,) rows of (B * T) holding real tokens, in order: a stable sort puts them first (nonzero would sync)
-        self.index = torch.argsort((~real).flatten().to(torch.uint8), stable=True)[: self.total]
-        self._lengths = counts
-        self._starts = counts.cumsum(0) - counts  # (B,) where each row starts in the stream
-        self._row = torch.repeat_interleave(
-            torch.arange(self.batch, device=self.device), counts, output_size=self.total
-        )  # (N,) the row of each token
-        self._pos = torch.arange(self.total, device=self.device) - self._starts[self._row]  # (N,) place in its row
+        self.index: torch.Tensor | None = torch.argsort((~real).flatten().to(torch.uint8), stable=True)[: self.total]
+        self.cu = torch.zeros(self.batch + 1, dtype=torch.int32, device=real.device)
+        self.cu[1:] = counts.cumsum(0)
+        row = torch.repeat_interleave(torch.arange(self.batch, device=real.device), counts, output_size=self.total)
+        self.positions = torch.arange(self.total, device=real.device) - self.cu[:-1].long()[row]  # (N,)
         self._cache: dict[Any, Any] = {}
+
+    @classmethod
+    def stream(cls, cu: torch.Tensor, positions: torch.Tensor, max_length: int) -> Packed:
+        """A stream given by its rows' bounds ``cu (R + 1,)`` int32 and places ``positions (N,)``, on the device.
+
+        ``max_length`` bounds every row's length (the kernels' grid is sized by it). Nothing is read on the
+        host, so the values may change between runs of a captured CUDA graph; such a stream has no padded
+        batch to pack or unpack, and its attention needs the variable-length kernel (CUDA, 16-bit floats).
+        """
+        packed = cls.__new__(cls)
+        packed.batch, packed.seq = cu.shape[0] - 1, max_length
+        packed.lengths, packed.index = None, None
+        packed.total, packed.max_length, packed.padded = positions.shape[0], max_length, True
+        packed.cu, packed.positions, packed._cache = cu, positions, {}
+        return packed
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, ...) -> (1, N, ...)``: the real tokens, row after row."""
+        if self.index is None:
+            raise RuntimeError("a stream built from its bounds has no padded batch to pack")
         return rearrange(x, "b t ... -> (b t) ...").index_select(0, self.index)[None]
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """``(1, N, ...) -> (B, T, ...)``, zeros at the padding positions."""
+        if self.index is None:
+            raise RuntimeError("a stream built from its bounds has no padded batch to unpack into")
         out = x.new_zeros(self.batch * self.seq, *x.shape[2:])
-        out.index_copy_(0, self.index, x[0])
+        out.index_copy_(0, self.index, x[0, : self.total])
         return rearrange(out, "(b t) ... -> b t ...", b=self.batch)
 
-    def segments(self, start: int) -> _Segments:
-        """The tokens at places ``start..`` of their rows, as sequences of their own (cached)."""
-        key = ("segments", start)
+    def rows(self) -> Segments:
+        """Each row as one segment."""
+        return self.split(0)
+
+    def split(self, head: int, singles: bool = False) -> Segments:
+        """Each row cut after its first ``head`` places: ``[head places][the rest]``, or with ``singles`` each
+        of the first ``head`` places a segment of its own (empty segments where a row is shorter; cached)."""
+        key = ("split", head, singles)
         if key not in self._cache:
-            self._cache[key] = _Segments(self, start)
+            starts, ends = self.cu[:-1, None], self.cu[1:, None]  # (R, 1)
+            steps = torch.arange(head + 1 if singles else 2, device=self.cu.device, dtype=self.cu.dtype)
+            cuts = steps if singles else steps * head  # offsets of each row's segment starts: 0[, 1, .., head]
+            inner = torch.minimum(starts + cuts, ends) if head else starts  # (R, cuts)
+            cu = torch.cat([inner.flatten(), self.cu[-1:]])
+            bounds = None
+            if self.lengths is not None:  # the host's copy, for the per-sequence loop off the kernel
+                bounds, at = [], 0
+                for n in self.lengths:
+                    bounds += [at + min(int(c), n) for c in cuts] if head else [at]
+                    at += n
+                bounds.append(at)
+            self._cache[key] = Segments(cu, self.max_length, bounds)
         return self._cache[key]
 
-    def reversal(self) -> torch.Tensor:
-        """``(N,)`` indices reversing each row inside the stream (its own inverse)."""
-        if "reversal" not in self._cache:
-            self._cache["reversal"] = self._starts[self._row] + self._lengths[self._row] - 1 - self._pos
-        return self._cache["reversal"]
-
-    def heads(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """For places ``0..count-1`` of every row: a padded gather of queries and keys, and the mask.
-
-        Returns ``(query_index (B, count), key_index (B, L), mask (B, 1, count, L), out_index (B * count))``
-        with ``L`` the longest row. Places past a row's end are clamped onto its last token (the same
-        computation as that token's, so writing it twice is harmless); rows without tokens write to row
-        ``N`` of a buffer one row longer than the stream.
-        """
-        key = ("heads", count)
+    def in_head(self, head: int) -> torch.Tensor:
+        """``(N, 1, 1)``: which tokens lie at places ``0..head-1`` of their rows (cached)."""
+        key = ("in_head", head)
         if key not in self._cache:
-            longest = max(self.max_length, 1)
-            lengths, starts = self._lengths[:, None], self._starts[:, None]
-            places = torch.arange(count, device=self.device)[None, :]  # (1, count)
-            qplace = torch.minimum(places, (lengths - 1).clamp(min=0))  # (B, count)
-            kplace = torch.arange(longest, device=self.device)[None, :]  # (1, L)
-            mask = (kplace[:, None, :] >= qplace[:, :, None]) & (kplace < lengths)[:, None, :]  # (B, count, L)
-            empty = lengths == 0
-            query_index = torch.where(empty, 0, starts + qplace)
-            key_index = torch.where(kplace < lengths, starts + kplace, 0)
-            out_index = torch.where(empty, self.total, starts + qplace).flatten()
-            self._cache[key] = (query_index, key_index, mask[:, None], out_index)
+            self._cache[key] = (self.positions < head)[:, None, None]
         return self._cache[key]
 
 
-class _Segments:
-    """The tokens at places ``start..`` of each row: their indices in the stream and ``cu_seqlens``.
+class Segments(NamedTuple):
+    """Sequences of a packed stream that attend within themselves: bounds on the device and, off a graph, the host."""
 
-    Rows with no such token keep an empty segment (a repeated bound), so nothing here syncs.
-    """
-
-    def __init__(self, packed: Packed, start: int) -> None:
-        sizes_host = [max(n - start, 0) for n in packed.lengths]
-        self.total = sum(sizes_host)
-        self.max_length = max(sizes_host, default=0)
-        self.bounds = [0]  # host cu_seqlens
-        for n in sizes_host:
-            self.bounds.append(self.bounds[-1] + n)
-        sizes = (packed._lengths - start).clamp(min=0)  # (B,) on the device
-        self.cu = torch.zeros(packed.batch + 1, dtype=torch.int32, device=packed.device)
-        self.cu[1:] = sizes.cumsum(0)
-        if start == 0:
-            self.index: torch.Tensor | None = None  # every token: no gather
-        else:
-            rows = torch.repeat_interleave(
-                torch.arange(packed.batch, device=packed.device), sizes, output_size=self.total
-            )
-            within = torch.arange(self.total, device=packed.device) - self.cu[:-1].long()[rows]
-            self.index = packed._starts[rows] + start + within
+    cu: torch.Tensor  # (S + 1,) int32 bounds; empty segments repeat a bound
+    max_length: int  # bounds every segment's length
+    bounds: list[int] | None  # the same bounds on the host, when known (the per-sequence loop needs them)
 
 
 class Route:
@@ -324,81 +323,85 @@ def attend(
 def _attend_packed(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kind: Kind, packed: Packed, scale: float | None
 ) -> torch.Tensor:
-    # The stream (1, H, N, D): every sequence attends within itself, by kind. Returns (1, N, H, Dv).
+    # The stream (1, H, N, D): every sequence attends within itself, by kind, as one variable-length call per
+    # segmentation of the stream (no gather, no flip). Returns (1, N, H, Dv).
     if query.shape[0] != 1 or query.shape[2] != packed.total:
         raise ValueError(f"a packed route takes one stream of {packed.total} tokens, got {tuple(query.shape)}")
     # Free for the layout the projections give (they make (1, N, H, D) and transpose it).
     q, k, v = (rearrange(x, "1 h n d -> n h d") for x in (query, key, value))
-    n, heads, dv = q.shape[0], q.shape[1], v.shape[-1]
-    if kind.sink is None and kind.direction == "R":
-        flip = packed.reversal()
-        out = _varlen_rows(q[flip], k[flip], v[flip], packed.segments(0), True, scale)[flip]
-    elif kind.sink is None:
-        out = _varlen_rows(q, k, v, packed.segments(0), kind.direction == "F", scale)
+    if kind.sink is None:
+        out = _varlen_rows(q, k, v, packed.rows(), _WINDOWS[kind.direction], scale)
+    elif kind.direction == "F":
+        # Head places attend only themselves (one-token segments: their own value), the rest causally after them.
+        out = _varlen_rows(q, k, v, packed.split(kind.sink + 1, singles=True), _CAUSAL, scale)
     else:
-        head = kind.sink + 1  # places 0..sink of each row
-        tail = packed.segments(head)
-        out = q.new_zeros(n + 1, heads, dv)  # one spare row: see Packed.heads
-        if tail.total:
-            idx = tail.index
-            part = _varlen_rows(q[idx], k[idx], v[idx], tail, kind.direction == "F", scale)
-            out.index_copy_(0, idx, part)
-        in_head = (packed._pos < head)[:, None, None]  # (N, 1, 1)
-        if kind.direction == "F":
-            # A head query attends only itself: its output is its own value.
-            own = repeat(v, "n hkv d -> n (hkv g) d", g=heads // v.shape[1])
-            out = torch.where(in_head, own, out[:n])
-        elif head < _SMALL_HEAD * packed.max_length:
-            # Head queries attend every key at or after them: a small masked kernel over padded rows.
-            q_index, k_index, mask, out_index = packed.heads(head)
-            qh = rearrange(q[q_index], "b t h d -> b h t d")
-            kh, vh = (rearrange(x[k_index], "b t h d -> b h t d") for x in (k, v))
-            first = rearrange(_masked(qh, kh, vh, mask, scale), "b h t d -> (b t) h d")
-            out.index_copy_(0, out_index, first)
-            out = out[:n]
-        else:
-            # Many head queries: the reverse-causal route over each whole row gives them exactly.
-            flip = packed.reversal()
-            both = _varlen_rows(q[flip], k[flip], v[flip], packed.segments(0), True, scale)[flip]
-            out = torch.where(in_head, both, out[:n])
+        # Places after the head attend each other; head places attend every key at or after them in the row.
+        head = kind.sink + 1
+        tail = _varlen_rows(q, k, v, packed.split(head), _FULL, scale)
+        first = _varlen_rows(q, k, v, packed.rows(), _LATER, scale)
+        out = torch.where(packed.in_head(head), first, tail)
     return out[None]  # (1, N, H, Dv)
 
 
+# Keys each query of a segment attends, as flash attention's (left, right) window: -1 reaches the segment's end.
+_FULL, _CAUSAL, _LATER = (-1, -1), (-1, 0), (0, -1)
+_WINDOWS = {"B": _FULL, "F": _CAUSAL, "R": _LATER}  # R: each query and every key after it (reverse-causal)
+
+
 def _varlen_rows(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: _Segments, causal: bool, scale: float | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    segments: Segments,
+    window: tuple[int, int],
+    scale: float | None,
 ) -> torch.Tensor:
-    """Attention within each segment of ``q (N, h, d)``, ``k``/``v (N, hkv, d)``: ``(N, h, dv)``."""
-    if q.is_cuda and q.dtype in _VARLEN_DTYPES and _varlen() is not None:
+    """Attention within each segment of ``q (N, h, d)``, ``k``/``v (N, hkv, d)`` over ``window``: ``(N, h, dv)``."""
+    if _kernel_applies(q):
         try:
-            return _varlen_kernel(q, k, v, segments, causal, scale)
+            return _varlen_kernel(q, k, v, segments, window, scale)
         except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
+            if segments.bounds is None:
+                raise
             logger.warning("variable-length attention failed (%s); using a per-sequence loop from now on", err)
             _VARLEN_BROKEN.append(err)
+    if segments.bounds is None:
+        raise RuntimeError("a stream without host bounds needs the variable-length kernel (CUDA, 16-bit floats)")
     # Exact everywhere: one SDPA call per sequence (the CPU path, and float32 on CUDA).
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
-    gqa = q.shape[1] != k.shape[1]
-    bounds = segments.bounds
-    for a, b in itertools.pairwise(bounds):
-        if a == b:
-            continue
-        qs, ks, vs = (rearrange(x[a:b], "t h d -> 1 h t d") for x in (q, k, v))
-        res = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, scale=scale, enable_gqa=gqa)
-        out[a:b] = rearrange(res, "1 h t d -> t h d")
+    groups = q.shape[1] // k.shape[1]
+    for a, b in itertools.pairwise(segments.bounds):
+        if b - a == 1:  # one token attends only itself: its own value
+            out[a] = repeat(v[a], "hkv d -> (hkv g) d", g=groups)
+        elif b > a:
+            qs, ks, vs = (rearrange(x[a:b], "t h d -> 1 h t d") for x in (q, k, v))
+            later = window == _LATER
+            if later:  # reverse-causal: causal over the reversed segment
+                qs, ks, vs = qs.flip(2), ks.flip(2), vs.flip(2)
+            res = F.scaled_dot_product_attention(
+                qs, ks, vs, is_causal=window != _FULL, scale=scale, enable_gqa=groups > 1
+            )
+            out[a:b] = rearrange(res.flip(2) if later else res, "1 h t d -> t h d")
     return out
 
 
 def _varlen_kernel(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, segments: _Segments, causal: bool, scale: float | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    segments: Segments,
+    window: tuple[int, int],
+    scale: float | None,
 ) -> torch.Tensor:
     fn, params = _varlen()  # type: ignore[misc]
     kwargs: dict[str, Any] = {}
-    if causal:
+    if window != _FULL:
         if "window_size" in params:  # torch >= 2.11: causal is a window reaching no key to the right
-            kwargs["window_size"] = (-1, 0)
-        elif "is_causal" in params:
+            kwargs["window_size"] = window
+        elif "is_causal" in params and window == _CAUSAL:
             kwargs["is_causal"] = True
         else:
-            raise TypeError("this torch's varlen_attn takes neither window_size nor is_causal")
+            raise TypeError(f"this torch's varlen_attn takes no window_size (needed for the window {window})")
     if scale is not None:
         if "scale" in params:
             kwargs["scale"] = scale
@@ -558,6 +561,11 @@ def _full_varlen(
 
 _VARLEN_BROKEN: list[Exception] = []
 _VARLEN_DTYPES = (torch.float16, torch.bfloat16)  # the flash kernel behind varlen_attn takes these only
+
+
+def _kernel_applies(q: torch.Tensor) -> bool:
+    # Whether the variable-length flash kernel takes these queries (CUDA, 16-bit floats, a torch that has it).
+    return q.is_cuda and q.dtype in _VARLEN_DTYPES and _varlen() is not None
 
 
 def _varlen() -> tuple[Any, frozenset[str]] | None:

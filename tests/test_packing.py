@@ -10,17 +10,19 @@ hold zeros.
 """
 
 import functools
-from types import SimpleNamespace
+import itertools
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import specs_with_depth
 from test_fast_attention import KINDS, TOL, padding, qkv, reference
 from tiny import CONFIGS, tiny_decoder, tiny_tokenizer
 
+import nosink.models.attention as attention
 from nosink import EncoderFromDecoder
 from nosink.layerspec import Kind
 from nosink.models.attention import Packed, Route, attend, fast_route
@@ -56,7 +58,7 @@ def test_every_packed_route_equals_the_dense_mask(kind, side, lengths):
     heads=st.sampled_from([(2, 2), (4, 2), (6, 1)]),
 )  # fmt: skip
 def test_packed_routes_on_generated_kinds_and_lengths(kind, lengths, extra, side, heads):
-    # Lengths up to 40 with M<n> up to 30 reach both head routes of M<n>B (small mask and reverse-causal).
+    # Lengths up to 40 with M<n> up to 30: heads longer than some rows, and rows shorter than the head.
     seq = max(max(lengths), 1) + extra
     q, k, v = qkv(len(lengths), seq, heads=heads[0], kv_heads=heads[1], seed=seq)
     fast, want = packed_attend(q, k, v, kind, padding(lengths, seq, side))
@@ -242,7 +244,6 @@ def test_when_a_batch_packs():
 def test_the_varlen_kernel_call_takes_fewer_key_heads_or_repeats_them(monkeypatch):
     # CUDA-only code path, driven here by a stand-in kernel (exact per-segment SDPA) with torch 2.11's signature:
     # no enable_gqa, causal as window_size. One that refuses fewer key heads gets repeated heads from then on.
-    import nosink.models.attention as attention
 
     calls = []
 
@@ -250,19 +251,19 @@ def test_the_varlen_kernel_call_takes_fewer_key_heads_or_repeats_them(monkeypatc
         calls.append(k.shape[1])
         if refuse and k.shape[1] != q.shape[1]:
             raise RuntimeError("number of heads in key/value must equal the query's")
-        segments = SimpleNamespace(bounds=cu_q.tolist())
-        return attention._varlen_rows(q, k, v, segments, window_size == (-1, 0), scale)
+        segments = attention.Segments(cu_q, max_q, cu_q.tolist())
+        return attention._varlen_rows(q, k, v, segments, tuple(window_size), scale)
 
     params = frozenset({"scale", "window_size"})
     q, k, v = (x[0].transpose(0, 1) for x in qkv(1, 12, heads=4, kv_heads=2))  # (N, h, d)
     packed = Packed(torch.ones(1, 12, dtype=torch.long))
-    want = attention._varlen_rows(q, k, v, packed.segments(0), True, 0.5)
+    want = attention._varlen_rows(q, k, v, packed.rows(), (-1, 0), 0.5)
     for refuse, expected in ((False, [2]), (True, [2, 4])):
         monkeypatch.setattr(attention, "_NATIVE_GQA", [True])
         stand_in = functools.partial(kernel, refuse=refuse)
         monkeypatch.setattr(attention, "_varlen", lambda stand_in=stand_in: (stand_in, params))
         calls.clear()
-        got = attention._varlen_kernel(q, k, v, packed.segments(0), True, 0.5)
+        got = attention._varlen_kernel(q, k, v, packed.rows(), (-1, 0), 0.5)
         torch.testing.assert_close(got, want, atol=TOL, rtol=0)
         assert calls == expected and attention._NATIVE_GQA == ([] if refuse else [True])
 
@@ -294,3 +295,77 @@ def test_padded_layout_indices_need_no_nonzero(lengths, extra, start, side):
     assert torch.equal(flat, inside.flatten().nonzero().squeeze(-1))
     assert cu.tolist() == [0, *sizes.cumsum(0).tolist()]
     assert longest == max(int(sizes.max()), 1)
+
+
+# ---------------------------------------------------------------- the kernel's formulation, off the GPU
+
+
+def windowed_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+    """A stand-in for flash attention's variable-length kernel, written from its definition: within each
+    segment of ``cu_q``, query ``i`` attends key ``j`` when ``i - left <= j <= i + right`` (-1: no bound)."""
+    assert torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32
+    bounds = cu_q.tolist()
+    assert max_q >= max(b - a for a, b in itertools.pairwise(bounds)), "max_q bounds every segment"
+    left, right = window_size
+    out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
+    for a, b in itertools.pairwise(bounds):
+        if b <= a:
+            continue
+        i, j = torch.arange(b - a)[:, None], torch.arange(b - a)[None, :]
+        allowed = ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
+        res = F.scaled_dot_product_attention(
+            q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1), attn_mask=allowed, scale=scale
+        )
+        out[a:b] = res.transpose(0, 1)
+    return out
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    kind=st.one_of(st.sampled_from(KINDS[:3]), st.builds(Kind, st.sampled_from("FB"), st.integers(0, 12))),
+    lengths=st.lists(st.integers(0, 14), min_size=1, max_size=5),
+    side=st.sampled_from(["right", "left"]),
+    slack=st.integers(0, 6),
+)
+def test_a_stream_from_device_bounds_runs_every_kind_on_the_kernel(kind, lengths, side, slack):
+    # What a CUDA graph runs: a Packed.stream built from the bounds and places alone (no host lengths), its
+    # segmentations computed on the device, every kind through the variable-length kernel's windows (a
+    # stand-in written from the kernel's definition), with max_length only an upper bound. Equals the dense mask.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "_kernel_applies", lambda q: True)
+        patch.setattr(attention, "_varlen", lambda: (windowed_kernel, frozenset({"scale", "window_size"})))
+        patch.setattr(attention, "_NATIVE_GQA", [True])
+        check_stream(kind, lengths, side, slack)
+
+
+def check_stream(kind, lengths, side, slack):
+    seq = max(max(lengths), 1)
+    q, k, v = qkv(len(lengths), seq, heads=4, kv_heads=2, seed=seq)
+    mask = padding(lengths, seq, side)
+    packed = Packed(mask)
+    stream = Packed.stream(packed.cu, packed.positions, packed.max_length + slack)
+
+    def pack(x):
+        return packed.pack(x.transpose(1, 2)).transpose(1, 2)
+
+    fast = attend(pack(q), pack(k), pack(v), Route(kind, stream), 0.3)[0]
+    want = packed.pack(reference(q, k, v, kind, mask, 0.3))[0]
+    torch.testing.assert_close(fast, want, atol=TOL, rtol=0)
+
+
+@settings(deadline=None, max_examples=60)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=6), head=st.integers(0, 6), singles=st.booleans())
+def test_segmentations_on_the_device_equal_the_hosts(lengths, head, singles):
+    packed = Packed(padding(lengths, max(max(lengths), 1), "right"))
+    split = packed.split(head, singles)
+    assert split.cu.tolist() == split.bounds
+    assert split.bounds[0] == 0 and split.bounds[-1] == sum(lengths)
+    assert all(b >= a for a, b in itertools.pairwise(split.bounds))
+    # Every row's places 0..head-1 and the rest lie in segments of their own, as the kind asks.
+    at, want = 0, [0]
+    for n in lengths:
+        cuts = range(1, head + 1) if singles else ([head] if head else [])
+        want += [at + min(c, n) for c in cuts] + [at + n]
+        at += n
+    assert split.bounds == want
