@@ -48,7 +48,7 @@ from einops import rearrange, repeat
 
 from nosink.layerspec import Kind
 
-__all__ = ["Layout", "Packed", "Route", "attend", "fast_route"]
+__all__ = ["Layout", "Packed", "Route", "Segments", "attend", "fast_route", "varlen_ready"]
 
 logger = logging.getLogger(__name__)
 
@@ -208,16 +208,17 @@ class Packed:
         of the first ``head`` places a segment of its own (empty segments where a row is shorter; cached)."""
         key = ("split", head, singles)
         if key not in self._cache:
+            cuts = (list(range(head + 1)) if singles else [0, head]) if head else [0]  # each row's segment starts
             starts, ends = self.cu[:-1, None], self.cu[1:, None]  # (R, 1)
-            steps = torch.arange(head + 1 if singles else 2, device=self.cu.device, dtype=self.cu.dtype)
-            cuts = steps if singles else steps * head  # offsets of each row's segment starts: 0[, 1, .., head]
-            inner = torch.minimum(starts + cuts, ends) if head else starts  # (R, cuts)
+            offsets = torch.arange(len(cuts), dtype=self.cu.dtype, device=self.cu.device)  # no copy from the host
+            offsets = offsets if singles or not head else offsets * head
+            inner = torch.minimum(starts + offsets, ends)  # (R, len(cuts))
             cu = torch.cat([inner.flatten(), self.cu[-1:]])
             bounds = None
             if self.lengths is not None:  # the host's copy, for the per-sequence loop off the kernel
                 bounds, at = [], 0
                 for n in self.lengths:
-                    bounds += [at + min(int(c), n) for c in cuts] if head else [at]
+                    bounds += [at + min(c, n) for c in cuts]
                     at += n
                 bounds.append(at)
             self._cache[key] = Segments(cu, self.max_length, bounds)
@@ -338,7 +339,8 @@ def _attend_packed(
         # Places after the head attend each other; head places attend every key at or after them in the row.
         head = kind.sink + 1
         tail = _varlen_rows(q, k, v, packed.split(head), _FULL, scale)
-        first = _varlen_rows(q, k, v, packed.rows(), _LATER, scale)
+        # (M0B: the first place attends the whole row, on the plain non-causal kernel.)
+        first = _varlen_rows(q, k, v, packed.rows(), _FULL if head == 1 else _LATER, scale)
         out = torch.where(packed.in_head(head), first, tail)
     return out[None]  # (1, N, H, Dv)
 
@@ -563,9 +565,14 @@ _VARLEN_BROKEN: list[Exception] = []
 _VARLEN_DTYPES = (torch.float16, torch.bfloat16)  # the flash kernel behind varlen_attn takes these only
 
 
+def varlen_ready(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether packed streams on ``device`` in ``dtype`` run on the variable-length flash kernel (none broke)."""
+    return device.type == "cuda" and dtype in _VARLEN_DTYPES and _varlen() is not None
+
+
 def _kernel_applies(q: torch.Tensor) -> bool:
     # Whether the variable-length flash kernel takes these queries (CUDA, 16-bit floats, a torch that has it).
-    return q.is_cuda and q.dtype in _VARLEN_DTYPES and _varlen() is not None
+    return varlen_ready(q.device, q.dtype)
 
 
 def _varlen() -> tuple[Any, frozenset[str]] | None:

@@ -18,9 +18,10 @@ from nosink.layerspec.masks import relative_positions
 
 from . import batching as _batching
 from . import texts as _texts
-from .attention import Layout, Packed, Route, fast_route
+from .attention import Layout, Packed, Route, fast_route, varlen_ready
 from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
+from .graphs import LayerGraphs
 from .pooling import Pooling, pool
 from .pretrained import load_encoder
 from .saved import check_sink_token
@@ -58,14 +59,15 @@ class _HostBatch:
 class _Batch:
     """One prepared batch: embeddings, positions, and the masks built for it so far."""
 
-    hidden: torch.Tensor  # (B, T, D) embeddings; (1, N, D) when packed
-    attention_mask: torch.Tensor  # (B, T)
+    hidden: torch.Tensor | None  # (B, T, D) embeddings; (1, N, D) when packed; None until embedded
+    attention_mask: torch.Tensor | None  # (B, T); None for a graph's stream (it has no padded layout)
     position_ids: torch.Tensor  # (B, T), from each row's first real token; (1, N) when packed
     context: Any  # rotary cos/sin, per family
     eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
     masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
     layout: Layout | Packed | None = None  # where the real tokens lie; set only when the batch takes the fast path
     packed: Packed | None = None  # set when the layers run on the real tokens only (the layout then)
+    input_ids: torch.Tensor | None = None  # (1, N) when packed: what a CUDA graph replays the batch from
 
     def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
         """A stream back in the batch's ``(B, T, D)`` layout (zeros at padding when the batch ran packed)."""
@@ -114,6 +116,11 @@ class EncoderFromDecoder(nn.Module):
             padding; ``False``: never.
         compile: ``torch.compile`` the decoder layers (``True``, or a dict of its keyword arguments); layers
             of one class share one graph, so the first batches are slow once per layer type and mask path.
+        cuda_graphs: replay packed batches through CUDA graphs of the whole layer loop (:mod:`nosink.models.graphs`):
+            one launch per batch instead of one per kernel, the same results to rounding. ``True`` (default):
+            wherever it applies, on the fast path on CUDA in float16 or bfloat16 and not compiled (batches then
+            always run packed, unless ``pack_padding=False``); a shape is captured at its second batch.
+            ``False``: never.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
@@ -138,6 +145,7 @@ class EncoderFromDecoder(nn.Module):
         exit_layer: int | None = None,
         pack_padding: bool | None = None,
         compile: bool | dict[str, Any] = False,
+        cuda_graphs: bool = True,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -155,6 +163,10 @@ class EncoderFromDecoder(nn.Module):
         if pack_padding not in (None, True, False):
             raise TypeError(f"pack_padding must be None, True or False, got {printable(repr(pack_padding))}")
         self.pack_padding = pack_padding
+        if cuda_graphs not in (True, False):
+            raise TypeError(f"cuda_graphs must be True or False, got {printable(repr(cuda_graphs))}")
+        self.cuda_graphs = cuda_graphs
+        self._graphs: LayerGraphs | None = None  # made at the first batch that can use them
         if compile is not False:
             self.parts.compile_layers({} if compile is True else compile)
         self.eval()
@@ -205,6 +217,7 @@ class EncoderFromDecoder(nn.Module):
         fast_attention: bool | None = None,
         pack_padding: bool | None = None,
         compile: bool | dict[str, Any] = False,
+        cuda_graphs: bool = True,
         **hf_kwargs: Any,
     ) -> EncoderFromDecoder:
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
@@ -225,6 +238,7 @@ class EncoderFromDecoder(nn.Module):
             fast_attention: see the class docstring.
             pack_padding: see the class docstring.
             compile: see the class docstring.
+            cuda_graphs: see the class docstring.
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
@@ -248,7 +262,8 @@ class EncoderFromDecoder(nn.Module):
         return load_encoder(
             cls, name_or_path, spec, dtype=dtype, device=device,
             attn_implementation=attn_implementation, sink_token=sink_token, exit_layer=exit_layer,
-            fast_attention=fast_attention, pack_padding=pack_padding, compile=compile, **hf_kwargs,
+            fast_attention=fast_attention, pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs,
+            **hf_kwargs,
         )  # fmt: skip
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -304,12 +319,14 @@ class EncoderFromDecoder(nn.Module):
             ValueError: for shapes or masks that do not fit, an empty batch (no rows or no tokens), or
                 more tokens than a learned-position model (GPT-2) has positions.
         """
+        if not output_hidden_states:
+            batch = self._prepare(input_ids, attention_mask, plans=[self.plan], embed=False)
+            return EncoderOutput(self._run_plans([self.plan], batch)[self.plan.name], batch.attention_mask, None)
         batch = self._prepare(input_ids, attention_mask, plans=[self.plan])
-        history = [batch.hidden] if output_hidden_states else None
+        history = [batch.hidden]
         streams = self._run(self.plan, 0, {MAIN: batch.hidden}, batch, history)
         out = batch.unpack(self.parts.norm(streams[MAIN]))
-        states = tuple(batch.unpack(h) for h in history) if history is not None else None
-        return EncoderOutput(out, batch.attention_mask, states)
+        return EncoderOutput(out, batch.attention_mask, tuple(batch.unpack(h) for h in history))
 
     def attention_weights(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
@@ -373,10 +390,58 @@ class EncoderFromDecoder(nn.Module):
         if not specs:
             raise ValueError("forward_specs() needs at least one spec")
         plans = [self.plan_for(spec) for spec in specs]
-        batch = self._prepare(input_ids, attention_mask, plans=plans)
+        batch = self._prepare(input_ids, attention_mask, plans=plans, embed=False)
+        out = self._run_plans(plans, batch)
+        return {plan.name: out[plan.name] for plan in plans}
+
+    def _run_plans(self, plans: list[Plan], batch: _Batch) -> dict[str, torch.Tensor]:
+        # Each plan's last hidden state (normed), in the batch's (B, T, D) layout: replayed through a CUDA graph
+        # where one applies (see _replay), else run here.
+        if batch.hidden is None:
+            replayed = self._replay(plans, batch)
+            if replayed is not None:
+                return replayed
+            self._embed(batch)
         out: dict[str, torch.Tensor] = {}
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
-        return {plan.name: batch.unpack(out[plan.name]) for plan in plans}
+        return {name: batch.unpack(hidden) for name, hidden in out.items()}
+
+    def _replay(self, plans: list[Plan], batch: _Batch) -> dict[str, torch.Tensor] | None:
+        # A packed batch through the CUDA graph of its plans and bucket (models/graphs.py); None: run it as it is.
+        packed, device = batch.packed, batch.position_ids.device
+        if packed is None or packed.lengths is None or not self._graphs_apply(device):
+            return None
+        if self._graphs is None:
+            self._graphs = LayerGraphs(device)
+
+        def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
+            # The function captured: the layer loop over a stream of the graph's own inputs.
+            run = _Batch(None, None, positions, None, False, {}, stream, stream, ids)
+            self._embed(run)
+            out: dict[str, torch.Tensor] = {}
+            self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
+            return out
+
+        windows = [step.window for plan in plans for step in plan.layer_steps if step.window is not None]
+        return self._graphs.run(
+            tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, body,
+            take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
+            window=min(windows, default=None),
+        )  # fmt: skip
+
+    def _graphs_apply(self, device: torch.device) -> bool:
+        # Whether batches may replay CUDA graphs (then they always run packed, see _packs).
+        return (
+            self.cuda_graphs
+            and device.type == "cuda"
+            and self.parts._compiled is None
+            and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
+        )
+
+    def _embed(self, batch: _Batch) -> None:
+        # The embeddings and the rotary context of a prepared batch (its ids in the layers' layout).
+        batch.hidden = self.parts.embed(batch.input_ids, batch.position_ids)  # (B, T, D), or (1, N, D) packed
+        batch.context = self.parts.position_context(batch.hidden, batch.position_ids)
 
     def _run_tree(
         self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: _Batch, out: dict
@@ -437,9 +502,11 @@ class EncoderFromDecoder(nn.Module):
         eager: bool | None = None,
         plans: Sequence[Plan] = (),
         host: _HostBatch | None = None,
+        embed: bool = True,
     ) -> _Batch:
         # `host`: the batch comes from encode() (host tensors, pinned on CUDA): they are copied without waiting,
         # and what the layout needs is read from `host`, so preparing the batch never waits for the device.
+        # `embed=False` leaves the embedding to the caller (_run_plans: a CUDA graph may do it).
         if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
             shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
@@ -494,31 +561,33 @@ class EncoderFromDecoder(nn.Module):
         if fast:
             layout = Layout(attention_mask) if host is None else Layout(attention_mask, host.lengths, host.front)
         packed = None
-        if layout is not None and self._packs(layout, plans):
+        if layout is not None and self._packs(layout, plans, self._graphs_apply(device)):
             packed = Packed(attention_mask, layout.lengths_host)
         elif layout is not None:
             layout.front  # worked out here, so the layer loop never waits for the device  # noqa: B018
         if packed is not None:
             input_ids, position_ids = packed.pack(input_ids), packed.pack(position_ids)  # (1, N)
-        hidden = self.parts.embed(input_ids, position_ids)  # (B, T, D), or (1, N, D) packed
-        context = self.parts.position_context(hidden, position_ids)
-        return _Batch(hidden, attention_mask, position_ids, context, eager, {}, packed or layout, packed)
+        batch = _Batch(None, attention_mask, position_ids, None, eager, {}, packed or layout, packed, input_ids)
+        if embed:
+            self._embed(batch)
+        return batch
 
     @staticmethod
     def _last_position(position_ids: torch.Tensor, host: _HostBatch | None) -> int:
         # The largest position in the batch: the longest row's last token (read on the host when it knows).
         return int(position_ids.max()) if host is None else max(host.lengths, default=1) - 1
 
-    def _packs(self, layout: Layout, plans: Sequence[Plan]) -> bool:
+    def _packs(self, layout: Layout, plans: Sequence[Plan], graphs: bool = False) -> bool:
         # Packing drops the padding before the first layer; it needs every layer step on a fast route, so a
         # sliding window shorter than the longest row (which needs the dense mask) keeps the padded layout.
-        if self.pack_padding is False or not layout.padded or not plans:
+        # Where CUDA graphs apply every batch packs, padded or not: a graph replays packed streams only.
+        if self.pack_padding is False or not (layout.padded or graphs) or not plans:
             return False
         for plan in plans:
             for step in plan.layer_steps:
                 if step.window is not None and step.window < layout.max_length:
                     return False
-        if self.pack_padding is True:
+        if self.pack_padding is True or graphs:
             return True
         # Below this share the saving is a few percent at most, against a gather, a scatter and the index
         # bookkeeping per batch (a judgement: not yet measured).
@@ -758,18 +827,17 @@ class EncoderFromDecoder(nn.Module):
         lengths = attn.sum(-1).tolist()
         front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix
         with torch.inference_mode():
-            batch = self._prepare(ids, attn, plans=plans, host=_HostBatch(lengths, front))
-            out: dict[str, torch.Tensor] = {}
-            self._run_tree(list(plans), 0, {MAIN: batch.hidden}, batch, out)
+            batch = self._prepare(ids, attn, plans=plans, host=_HostBatch(lengths, front), embed=False)
+            out = self._run_plans(list(plans), batch)
             if token_embeddings:
                 flat = text_mask.flatten().nonzero().squeeze(1)  # (n,) text tokens of (B * T), row after row
                 flat = flat.pin_memory() if pinned else flat
                 flat = flat.to(device, non_blocking=True)
                 counts = text_mask.sum(-1).tolist()
-                states = [batch.unpack(out[plan.name]).flatten(0, 1).index_select(0, flat).float() for plan in plans]
+                states = [out[plan.name].flatten(0, 1).index_select(0, flat).float() for plan in plans]
                 return torch.stack(states), counts
             mask = text_mask.to(device, non_blocking=True)
-            return torch.stack([pool(batch.unpack(out[plan.name]), mask, pooling).float() for plan in plans]), None
+            return torch.stack([pool(out[plan.name], mask, pooling).float() for plan in plans]), None
 
     def sink_ids(self) -> list[int]:
         """The token ids put before every instruction and text (see ``sink_token``).

@@ -35,6 +35,7 @@ def load_encoder(
     fast_attention: bool | None,
     pack_padding: bool | None,
     compile: bool | dict[str, Any],
+    cuda_graphs: bool = True,
     **hf_kwargs: Any,
 ) -> EncoderFromDecoder:
     """An encoder of class ``cls`` from a decoder folder, a hub id or a saved encoder folder.
@@ -83,7 +84,7 @@ def load_encoder(
         sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
     encoder = cls(
         decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
-        pack_padding=pack_padding, compile=compile,
+        pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs,
     )  # fmt: skip
     if tokenizer is not None:
         try:

@@ -1,0 +1,200 @@
+"""CUDA graphs of the layer loop: a packed batch replays one captured graph instead of launching each kernel.
+
+On a GPU, a small model's layers are cheap and the host is not: transformers' Python and the kernel launches
+of 24 layers cost more than the GPU's work on a batch of short texts. A graph captures a whole run of the
+layer loop (embedding, every step of the plans, the final norm) once and replays it with one launch.
+
+A graph runs a stream of fixed size, its *bucket* (:class:`Bucket`): a batch's real rows, packed, then
+filler rows of token 0 up to the bucket's token count, every row at most ``longest`` long. Per batch only
+three buffers change: the token ids, each token's place in its row, and the rows' bounds (``cu``); the
+stream's attention reads nothing else (:meth:`nosink.models.attention.Packed.stream`), so a replay is
+exact for any batch of its bucket. Filler rows attend only among themselves and their outputs are
+dropped. Buckets keep the stream within an eighth above the batch's tokens.
+
+A bucket is captured the second time a batch falls in it (a one-off shape never pays for a capture), into
+one memory pool shared by all the encoder's graphs (their intermediates reuse the same memory: a replay's
+outputs are taken, on the same stream, before the next replay); at most :data:`GRAPH_LIMIT` graphs are kept,
+the least recently used dropped first. Nothing here knows transformers or the layer kinds: the encoder gives
+the function to capture.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+import torch
+
+from .attention import Packed
+
+__all__ = ["GRAPH_LIMIT", "Bucket", "LayerGraphs", "bucket_of"]
+
+logger = logging.getLogger(__name__)
+
+GRAPH_LIMIT = 48  # graphs kept per encoder; each holds its outputs, the pool holds the largest one's work
+CAPTURE_AFTER = 2  # a bucket is captured at its second batch
+
+Result = TypeVar("Result")
+Body = Callable[[torch.Tensor, torch.Tensor, Packed], dict[str, torch.Tensor]]
+
+
+class Bucket(NamedTuple):
+    """The fixed size of a captured stream."""
+
+    tokens: int  # tokens in the stream, real and filler
+    rows: int  # row slots (``cu`` has ``rows + 1`` bounds; unused slots are empty rows)
+    longest: int  # bounds every row's length: the attention kernels' grid is sized by it
+
+
+def bucket_of(lengths: Sequence[int], window: int | None = None) -> Bucket:
+    """The bucket of a batch of rows of these real ``lengths``.
+
+    Tokens round up by at most an eighth (to a multiple of 64 at least), the longest row to a power of two
+    (at least 16, at most ``window``: a sliding window at or above every row's length must stay so), and
+    the row slots, real and filler, to a power of two (at least 8).
+    """
+    total, longest = sum(lengths), max(max(lengths, default=1), 1)
+    step = max(64, 2 ** max(math.floor(math.log2(max(total, 1))) - 3, 0))
+    tokens = max(step, math.ceil(total / step) * step)
+    bound = max(16, 2 ** math.ceil(math.log2(longest)))
+    if window is not None and longest <= window < bound:
+        bound = window
+    rows = len(lengths) + math.ceil((tokens - total) / bound)
+    return Bucket(tokens, max(8, 2 ** math.ceil(math.log2(rows))), bound)
+
+
+def stream_places(lengths: Sequence[int], bucket: Bucket) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions (tokens,) int64, cu (rows + 1,) int32)`` of the real rows then filler rows of ``bucket``."""
+    slack = bucket.tokens - sum(lengths)
+    filler = [bucket.longest] * (slack // bucket.longest) + ([slack % bucket.longest] if slack % bucket.longest else [])
+    sizes = np.asarray([*lengths, *filler], dtype=np.int64)
+    if len(sizes) > bucket.rows or (sizes > bucket.longest).any():
+        raise ValueError(f"rows of lengths {list(lengths)} do not fit {bucket}")
+    cu = np.zeros(bucket.rows + 1, dtype=np.int32)
+    cu[1 : len(sizes) + 1] = np.cumsum(sizes)
+    cu[len(sizes) + 1 :] = bucket.tokens
+    positions = np.arange(bucket.tokens, dtype=np.int64) - np.repeat(cu[: len(sizes)].astype(np.int64), sizes)
+    return positions, cu
+
+
+class _Graph:
+    """One captured run: its static inputs and outputs."""
+
+    def __init__(self, bucket: Bucket, device: torch.device) -> None:
+        self.bucket = bucket
+        self.ids = torch.zeros(1, bucket.tokens, dtype=torch.long, device=device)
+        self.positions = torch.zeros(1, bucket.tokens, dtype=torch.long, device=device)
+        self.cu = torch.zeros(bucket.rows + 1, dtype=torch.int32, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: dict[str, torch.Tensor] = {}
+
+    def fill(self, lengths: Sequence[int], ids: torch.Tensor) -> None:
+        """Write a batch (its packed ids ``(1, N)`` on the device) into the static inputs."""
+        positions, cu = stream_places(lengths, self.bucket)
+        pinned = self.ids.device.type == "cuda"
+        positions_host = torch.from_numpy(positions)[None]
+        cu_host = torch.from_numpy(cu)
+        if pinned:
+            positions_host, cu_host = positions_host.pin_memory(), cu_host.pin_memory()
+        self.positions.copy_(positions_host, non_blocking=True)
+        self.cu.copy_(cu_host, non_blocking=True)
+        n = ids.shape[1]
+        self.ids[:, :n].copy_(ids)
+        self.ids[:, n:].zero_()
+
+    def stream(self) -> Packed:
+        """The stream the captured function runs (a fresh one: its segmentations are computed inside the graph)."""
+        return Packed.stream(self.cu, self.positions[0], self.bucket.longest)
+
+
+class LayerGraphs:
+    """An encoder's captured graphs, by plans and bucket (see the module docstring).
+
+    Args:
+        device: the CUDA device the model runs on.
+        limit: graphs kept; the least recently used is dropped first.
+        capture_after: a bucket is captured at this many batches in it.
+    """
+
+    def __init__(self, device: torch.device, limit: int = GRAPH_LIMIT, capture_after: int = CAPTURE_AFTER) -> None:
+        self.device = device
+        self.limit = limit
+        self.capture_after = capture_after
+        self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
+        self.seen: Counter[Hashable] = Counter()
+        self.broken: Exception | None = None  # set when a capture failed: every batch then runs as it is
+        self.replays = 0
+        self._pool: object | None = None
+        self._lock = threading.Lock()
+
+    def run(
+        self,
+        key: Hashable,
+        lengths: Sequence[int],
+        ids: torch.Tensor,
+        body: Body,
+        take: Callable[[dict[str, torch.Tensor]], Result],
+        window: int | None = None,
+    ) -> Result | None:
+        """Run a packed batch through the graph of ``key`` (the plans) and its bucket; ``None``: run it eagerly.
+
+        Args:
+            key: what ``body`` computes (the plans' names); one graph per key and bucket.
+            lengths: the batch's row lengths, in stream order.
+            ids: its packed token ids ``(1, N)`` on the device.
+            body: ``(ids (1, n), positions (1, n), stream) -> {name: (1, n, D)}``, the function captured.
+            take: reads the outputs (views of the graph's memory, the first ``N`` tokens meaningful) into
+                tensors of its own, on the current stream, before any other replay.
+            window: the smallest sliding window of the plans' layers, if any (see :func:`bucket_of`).
+        """
+        if self.broken is not None or torch.cuda.is_current_stream_capturing():
+            return None
+        bucket = bucket_of(lengths, window)
+        name = (key, bucket)
+        with self._lock:
+            graph = self.graphs.get(name)
+            if graph is None:
+                self.seen[name] += 1
+                if self.seen[name] < self.capture_after:
+                    return None
+                graph = self._capture(name, bucket, lengths, ids, body)
+                if graph is None:
+                    return None
+            else:
+                self.graphs.move_to_end(name)
+                graph.fill(lengths, ids)
+            graph.graph.replay()  # type: ignore[union-attr]
+            self.replays += 1
+            return take(graph.outputs)
+
+    def _capture(
+        self, name: Hashable, bucket: Bucket, lengths: Sequence[int], ids: torch.Tensor, body: Body
+    ) -> _Graph | None:
+        graph = _Graph(bucket, self.device)
+        try:
+            graph.fill(lengths, ids)
+            current = torch.cuda.current_stream(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):  # a first run outside the capture: lazy initialisations happen here
+                body(graph.ids, graph.positions, graph.stream())
+            current.wait_stream(side)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph.graph, pool=self._pool):
+                graph.outputs = body(graph.ids, graph.positions, graph.stream())
+        except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
+            self.broken = err
+            logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)
+            return None
+        self.graphs[name] = graph
+        while len(self.graphs) > self.limit:
+            self.graphs.popitem(last=False)
+        logger.debug("captured a CUDA graph for %s (%d kept)", bucket, len(self.graphs))
+        return graph

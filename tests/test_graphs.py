@@ -1,0 +1,166 @@
+"""CUDA graphs of the layer loop (``models/graphs.py``): buckets on any machine, replays on CUDA.
+
+The bucket arithmetic is checked everywhere. Captures and replays need CUDA and the variable-length flash
+kernel (bfloat16): those tests skip elsewhere, and are run on a GPU machine (the benchmark README says how).
+A replay is compared with the same encoder without graphs: the same kernels on the same rows, only with
+filler rows beside them, so bfloat16 rounding of matrix products of another size is the only difference.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tiny import CONFIGS, tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder
+from nosink.models.attention import varlen_ready
+from nosink.models.graphs import Bucket, LayerGraphs, bucket_of, stream_places
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    lengths=st.lists(st.integers(0, 700), min_size=1, max_size=300),
+    window=st.none() | st.integers(1, 1024),
+)
+def test_every_batch_fits_its_bucket_with_little_filler(lengths, window):
+    window = window if window is None or window >= max(lengths) else None  # a cutting window never packs
+    bucket = bucket_of(lengths, window)
+    total, longest = sum(lengths), max(lengths)
+    assert bucket.tokens >= total and bucket.tokens <= max(total + 64, math.ceil(total * 1.125))
+    assert bucket.longest >= max(longest, 1) and (window is None or bucket.longest <= max(window, 16))
+    positions, cu = stream_places(lengths, bucket)  # raises if the rows do not fit
+    assert cu.shape == (bucket.rows + 1,) and cu.dtype == np.int32 and cu[-1] == bucket.tokens
+    assert cu[1 : len(lengths) + 1].tolist() == np.cumsum(lengths).tolist()  # the real rows first, in order
+    sizes = np.diff(cu)
+    assert (sizes >= 0).all() and (sizes <= bucket.longest).all()
+    assert positions.shape == (bucket.tokens,)
+    assert positions.tolist() == [p for n in sizes.tolist() for p in range(n)]
+
+
+def test_buckets_are_few():
+    # Sorted batches of 128 short texts, as encode() makes them, fall in few buckets (each one a capture).
+    rng = np.random.default_rng(0)
+    lengths = np.sort(rng.integers(8, 60, 8192))
+    buckets = {bucket_of(lengths[i : i + 128].tolist()) for i in range(0, len(lengths), 128)}
+    assert len(buckets) <= 32, buckets
+    assert bucket_of([3, 5]) == Bucket(64, 8, 16)
+
+
+def test_a_bucket_too_small_is_an_error():
+    with pytest.raises(ValueError, match="do not fit"):
+        stream_places([40, 40], Bucket(256, 2, 64))
+
+
+def test_cuda_graphs_is_checked():
+    with pytest.raises(TypeError, match="cuda_graphs must be True or False"):
+        EncoderFromDecoder(tiny_decoder("llama"), "F*", cuda_graphs="yes")
+    assert not EncoderFromDecoder(tiny_decoder("llama"), "F*")._graphs_apply(torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- on CUDA
+
+needs_kernel = pytest.mark.skipif(
+    not torch.cuda.is_available() or not varlen_ready(torch.device("cuda"), torch.bfloat16),
+    reason="CUDA graphs replay the variable-length flash kernel: CUDA and bfloat16 only",
+)
+SPECS = ["F*", "B*", "R*", "M0F*", "M0B*", "M2B*", "F* | M0B*2", "F | B | R | M1B", "F* | INTER(R*2)"]
+
+
+def encoders(family, spec, **kwargs):
+    model = tiny_decoder(family, dtype=torch.bfloat16).cuda()
+    make = EncoderFromDecoder.from_model
+    return make(model, spec, tiny_tokenizer(), **kwargs), make(model, spec, tiny_tokenizer(), cuda_graphs=False)
+
+
+def batch(rows, seq, seed):
+    """Random ids on rows of random lengths (the same lengths for every seed: batches of one bucket)."""
+    ids = torch.randint(3, 96, (rows, seq), generator=torch.Generator().manual_seed(seed))
+    lengths = torch.randint(1, seq + 1, (rows,), generator=torch.Generator().manual_seed(rows * seq))
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    return ids.cuda(), mask.cuda()
+
+
+def close(got, want, mask):
+    real = mask.bool()
+    scale = max(1.0, float(want[real].float().abs().max()))
+    torch.testing.assert_close(got[real].float(), want[real].float(), atol=0.03 * scale, rtol=0)
+
+
+def cuts(encoder):
+    """Whether a layer of the plan keeps the tiny model's sliding window (3), shorter than these rows: such batches
+    run padded (the dense mask for those layers), never packed, never through a graph."""
+    return any(step.window is not None for step in encoder.plan.layer_steps)
+
+
+@needs_kernel
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+@pytest.mark.parametrize("spec", SPECS)
+def test_replays_equal_the_eager_fast_path(family, spec):
+    graphs, eager = encoders(family, spec)
+    for seed in range(4):  # one bucket: captured at its second batch, replayed after
+        ids, mask = batch(6, 20, seed)
+        with torch.inference_mode():
+            got = graphs(ids, mask).last_hidden_state
+            want = eager(ids, mask).last_hidden_state
+        close(got, want, mask)
+        if not cuts(graphs):
+            assert not got[~mask.bool()].any(), "padding positions hold zeros, as on the packed path"
+    if cuts(graphs):  # such batches run padded, on the dense mask for the windowed layers
+        assert graphs._graphs is None
+    else:
+        assert graphs._graphs is not None and graphs._graphs.broken is None
+        assert graphs._graphs.replays == 3 and len(graphs._graphs.graphs) == 1
+
+
+@needs_kernel
+def test_forward_specs_and_encode_replay_and_equal_the_eager_path():
+    graphs, eager = encoders("llama", "F* | M0B*2")
+    specs = ["F*", "F* | M0B*2", "F* | B*2"]
+    for seed in range(3):
+        ids, mask = batch(8, 24, seed)
+        with torch.inference_mode():
+            got, want = graphs.forward_specs(ids, mask, specs), eager.forward_specs(ids, mask, specs)
+        for name in want:
+            close(got[name], want[name], mask)
+    texts = ["the cat sat on the mat", "a dog ran in the park", "paris is the capital of france"] * 20
+    for _ in range(3):
+        got, want = graphs.encode(texts, batch_size=16), eager.encode(texts, batch_size=16)
+        np.testing.assert_allclose(got, want, atol=0.03 * np.abs(want).max())
+    assert graphs._graphs.replays > 0 and graphs._graphs.broken is None
+
+
+@needs_kernel
+def test_a_failed_capture_turns_graphs_off_and_runs_eagerly(caplog):
+    graphs, eager = encoders("llama", "F* | M0B*2")
+    original = torch.cuda.CUDAGraph
+
+    class Refused(original):
+        def capture_begin(self, *args, **kwargs):
+            raise RuntimeError("no graphs here")
+
+    torch.cuda.CUDAGraph = Refused
+    try:
+        ids, mask = batch(4, 16, 0)
+        with torch.inference_mode():
+            for _ in range(3):
+                close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
+    finally:
+        torch.cuda.CUDAGraph = original
+    assert isinstance(graphs._graphs.broken, RuntimeError) and graphs._graphs.replays == 0
+    assert "CUDA graphs are off for this encoder" in caplog.text
+
+
+@needs_kernel
+def test_the_least_recently_used_graph_is_dropped():
+    graphs, _ = encoders("llama", "F*")
+    graphs._graphs = LayerGraphs(torch.device("cuda"), limit=2)
+    with torch.inference_mode():
+        for seq in (16, 40, 100):  # three buckets, each seen twice: captured
+            ids, mask = batch(4, seq, 0)
+            graphs(ids, torch.ones_like(mask))
+            graphs(ids, torch.ones_like(mask))
+    assert len(graphs._graphs.graphs) == 2
+    assert [bucket.longest for _, bucket in graphs._graphs.graphs] == [64, 128]
