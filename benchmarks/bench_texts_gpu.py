@@ -102,9 +102,9 @@ def main() -> None:
     for spec in specs:
         for graphs in (True, False):
             encoder = EncoderFromDecoder(model, spec, tokenizer, cuda_graphs=graphs)
-            runs[f"nosink `{spec}`" + ("" if graphs else ", cuda_graphs=False")] = lambda encoder=encoder: (
-                encoder.encode(texts, batch_size=args.batch, show_progress_bar=False)
-            )
+            name = f"nosink `{spec}`" + ("" if graphs else ", cuda_graphs=False")
+            encoders[name] = encoder
+            runs[name] = lambda encoder=encoder: encoder.encode(texts, batch_size=args.batch, show_progress_bar=False)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(2):  # warm-up: kernels chosen; graphs captured (a bucket at its second batch)
         for fn in runs.values():
