@@ -224,6 +224,17 @@ class Packed:
             self._cache[key] = Segments(cu, self.max_length, bounds)
         return self._cache[key]
 
+    def firsts(self) -> tuple[torch.Tensor, torch.Tensor, Segments]:
+        """Each row's first token: ``(index (R,)`` into the stream, where its output goes (``N`` for an empty row),
+        and one query segment a row ``)`` (cached)."""
+        if "firsts" not in self._cache:
+            starts, empty = self.cu[:-1].long(), self.cu[1:] == self.cu[:-1]
+            index = torch.where(empty, 0, starts)
+            places = torch.where(empty, self.total, starts)
+            cu = torch.arange(self.batch + 1, dtype=self.cu.dtype, device=self.cu.device)
+            self._cache["firsts"] = (index, places, Segments(cu, 1, None))
+        return self._cache["firsts"]
+
     def in_head(self, head: int) -> torch.Tensor:
         """``(N, 1, 1)``: which tokens lie at places ``0..head-1`` of their rows (cached)."""
         key = ("in_head", head)
@@ -339,9 +350,15 @@ def _attend_packed(
         # Places after the head attend each other; head places attend every key at or after them in the row.
         head = kind.sink + 1
         tail = _varlen_rows(q, k, v, packed.split(head), _FULL, scale)
-        # (M0B: the first place attends the whole row, on the plain non-causal kernel.)
-        first = _varlen_rows(q, k, v, packed.rows(), _FULL if head == 1 else _LATER, scale)
-        out = torch.where(packed.in_head(head), first, tail)
+        if head == 1 and q.shape[0] and _kernel_applies(q):
+            # M0B: each row's first query attends the whole row: one query a row over the rows' keys, written
+            # back in place (empty rows write to a spare row), so long rows pay for no other query twice.
+            index, places, firsts = packed.firsts()
+            first = _varlen_kernel(q.index_select(0, index), k, v, packed.rows(), _FULL, scale, queries=firsts)
+            out = torch.cat([tail, tail[:1]]).index_copy_(0, places, first)[: tail.shape[0]]
+        else:
+            first = _varlen_rows(q, k, v, packed.rows(), _LATER, scale)
+            out = torch.where(packed.in_head(head), first, tail)
     return out[None]  # (1, N, H, Dv)
 
 
@@ -394,8 +411,11 @@ def _varlen_kernel(
     segments: Segments,
     window: tuple[int, int],
     scale: float | None,
+    queries: Segments | None = None,
 ) -> torch.Tensor:
+    # `queries`: the queries' own segments (each of `segments`' key segments), when they are not the keys' own.
     fn, params = _varlen()  # type: ignore[misc]
+    queries = segments if queries is None else queries
     kwargs: dict[str, Any] = {}
     if window != _FULL:
         if "window_size" in params:  # torch >= 2.11: causal is a window reaching no key to the right
@@ -409,7 +429,7 @@ def _varlen_kernel(
             kwargs["scale"] = scale
         else:
             q = q * (scale * q.shape[-1] ** 0.5)
-    longest = max(segments.max_length, 1)
+    longest, most = max(segments.max_length, 1), max(queries.max_length, 1)
     heads = q.shape[1]
     if heads != k.shape[1]:
         if "enable_gqa" in params:
@@ -419,12 +439,12 @@ def _varlen_kernel(
             # as they are (on an H100: the same output as repeated heads, to the bit); a build that refuses
             # them is asked with repeated heads from then on.
             try:
-                return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+                return fn(q, k, v, queries.cu, segments.cu, most, longest, **kwargs)
             except RuntimeError:
                 _NATIVE_GQA.clear()
         if "enable_gqa" not in kwargs:
             k, v = (repeat(x, "n hkv d -> n (hkv g) d", g=heads // x.shape[1]) for x in (k, v))
-    return fn(q, k, v, segments.cu, segments.cu, longest, longest, **kwargs)
+    return fn(q, k, v, queries.cu, segments.cu, most, longest, **kwargs)
 
 
 _NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value heads than query heads

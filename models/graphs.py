@@ -181,14 +181,20 @@ class LayerGraphs:
             current = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
             side.wait_stream(current)
-            with torch.cuda.stream(side):  # a first run outside the capture: lazy initialisations happen here
-                body(graph.ids, graph.positions, graph.stream())
-            current.wait_stream(side)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             graph.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph.graph, pool=self._pool):
-                graph.outputs = body(graph.ids, graph.positions, graph.stream())
+            with torch.cuda.stream(side):
+                body(graph.ids, graph.positions, graph.stream())  # a first run outside: lazy initialisations
+                # Not torch.cuda.graph(): it synchronizes the device and empties the allocator's cache before each
+                # capture, which a server capturing a new bucket between requests pays for in every allocation after.
+                # thread_local: other threads of the process (a server's) may use CUDA meanwhile.
+                graph.graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
+                try:
+                    graph.outputs = body(graph.ids, graph.positions, graph.stream())
+                finally:
+                    graph.graph.capture_end()
+            current.wait_stream(side)
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
             self.broken = err
             logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)

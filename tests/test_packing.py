@@ -301,21 +301,23 @@ def test_padded_layout_indices_need_no_nonzero(lengths, extra, start, side):
 
 
 def windowed_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
-    """A stand-in for flash attention's variable-length kernel, written from its definition: within each
-    segment of ``cu_q``, query ``i`` attends key ``j`` when ``i - left <= j <= i + right`` (-1: no bound)."""
-    assert torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32
-    bounds = cu_q.tolist()
-    assert max_q >= max(b - a for a, b in itertools.pairwise(bounds)), "max_q bounds every segment"
+    """A stand-in for flash attention's variable-length kernel, written from its definition: query ``i`` of
+    segment ``b`` of ``cu_q`` attends key ``j`` of segment ``b`` of ``cu_k`` when ``i + d - left <= j <= i + d + right``
+    (-1: no bound; ``d`` = keys - queries of the segment: windows align bottom-right); no key: a zero output."""
+    assert cu_q.dtype == cu_k.dtype == torch.int32 and cu_q.shape == cu_k.shape
+    qb, kb = cu_q.tolist(), cu_k.tolist()
+    assert max_q >= max(b - a for a, b in itertools.pairwise(qb)), "max_q bounds every query segment"
+    assert max_k >= max(b - a for a, b in itertools.pairwise(kb)), "max_k bounds every key segment"
     left, right = window_size
     out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
     k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
-    for a, b in itertools.pairwise(bounds):
-        if b <= a:
+    for (a, b), (c, e) in zip(itertools.pairwise(qb), itertools.pairwise(kb), strict=True):
+        if b <= a or e <= c:
             continue
-        i, j = torch.arange(b - a)[:, None], torch.arange(b - a)[None, :]
+        i, j = torch.arange(b - a)[:, None] + (e - c) - (b - a), torch.arange(e - c)[None, :]
         allowed = ((j >= i - left) | (left < 0)) & ((j <= i + right) | (right < 0))
         res = F.scaled_dot_product_attention(
-            q[a:b].transpose(0, 1), k[a:b].transpose(0, 1), v[a:b].transpose(0, 1), attn_mask=allowed, scale=scale
+            q[a:b].transpose(0, 1), k[c:e].transpose(0, 1), v[c:e].transpose(0, 1), attn_mask=allowed, scale=scale
         )
         out[a:b] = res.transpose(0, 1)
     return out
