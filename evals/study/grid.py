@@ -124,7 +124,7 @@ def grid(
         elif config == "MASK0&BIDIR":
             out += [Candidate(config, str(presets.mask0_and_bidir(k, k0))) for k in ks for k0 in k0s if k0 < k]
         else:
-            out += [Candidate(config, str(presets.by_name(config, k=k))) for k in ks]
+            out += [Candidate(config, str(CONFIGS[config](k))) for k in ks]
     return out
 
 
