@@ -1,7 +1,7 @@
 """Sweeps over the paper's configurations (k = converted layers, k0 = no-sink layers).
 
 The configurations, their specs and the choice of each one's best are the study's candidate grid
-(:mod:`nosink.evals.study.grid`); a sweep differs only in its protocol: a dense k grid (:func:`default_ks`),
+(:mod:`nosink.evals.study.candidates`); a sweep differs only in its protocol: a dense k grid (:func:`default_ks`),
 MASK0&BIDIR at every k0 <= k, EXTEND up to k = 5, and a table of points with their scores (:class:`SweepPoint`).
 
 A sweep evaluates every spec of the chosen configs in one pass over the data: the encoder runs
@@ -26,7 +26,7 @@ from typing import Any
 from nosink.checks import positive_int
 from nosink.layerspec import Spec, presets
 
-from .study.grid import CONFIGS, EXTEND_MAX_K, best_by_config
+from .study.candidates import CONFIGS, EXTEND_MAX_K, best_by_config
 
 __all__ = [
     "CONFIGS",
@@ -110,7 +110,7 @@ def _grid(values: Iterable[int], name: str, depth: int) -> list[int]:
 def best(candidates: Sequence[SweepPoint], metric: str) -> dict[str, SweepPoint]:
     """The best candidate of each configuration by ``metric`` (ties: the smaller k, then the smaller k0).
 
-    The study's choice rule (:func:`nosink.evals.study.grid.best_by_config`) over the points in (k, k0) order.
+    The study's choice rule (:func:`nosink.evals.study.candidates.best_by_config`) over the points in (k, k0) order.
     """
     ordered = sorted(candidates, key=lambda c: (c.k, c.k0 or 0))
     return best_by_config((c, c.scores[metric]) for c in ordered if metric in c.scores)

@@ -20,13 +20,13 @@ token-level NER goes through :func:`ner_study` (linear probes, several seeds, Co
 
 The package, one job per module:
 
-- ``grid``: the candidate grid (the paper's configs as specs, :class:`Candidate`, each config's best), which
+- ``candidates``: the candidate grid (the paper's configs as specs, :class:`Candidate`, each config's best), which
   :mod:`nosink.evals.sweeps` uses too;
 - ``tasks`` and ``loaders``: the tasks and reading them from local copies of the data sets;
 - ``cache``: each candidate's embeddings, every candidate in one pass;
 - ``runner`` and ``results``: one template's choose-then-report run, a task's runs, and their JSON rows;
 - ``ner``: the NER study; ``select``: the suggestion and the selection stage;
-- ``compare`` and ``interplay``: the paired comparisons, and how masks and templates combine;
+- ``compare`` and ``verdicts``: the paired comparisons, and how masks and templates combine (:func:`interplay`);
 - ``tables`` and ``plots``: the Markdown tables and figures of the JSON files;
 - ``options``, ``driver`` and ``cli``: :class:`StudyOptions`, :func:`run` (one JSON file per task) and the
   command line that builds the options (``python -m nosink.evals.study``, ``nosink eval study``).
@@ -36,10 +36,7 @@ The package, one job per module:
 """
 
 from .cache import EmbeddingCache
-from .cli import add_arguments, main, options_from_args
-from .compare import CONFIG_COMPARISONS, comparisons, config_pairs, curve_comparisons
-from .driver import TASK_FOLDERS, run
-from .grid import (
+from .candidates import (
     DEFAULT_CONFIGS,
     EXIT_CONFIGS,
     GRID_CONFIGS,
@@ -52,7 +49,9 @@ from .grid import (
     exit_configs_of,
     grid,
 )
-from .interplay import effect, interplay
+from .cli import add_arguments, main, options_from_args
+from .compare import CONFIG_COMPARISONS, comparisons, config_pairs, curve_comparisons
+from .driver import TASK_FOLDERS, run
 from .loaders import load_classification, load_retrieval, load_sts, load_sts17
 from .ner import NER_SPLIT_SEED, NERStudy, mean_over_seeds, ner_payload, ner_study
 from .options import StudyOptions
@@ -71,6 +70,7 @@ from .tables import (
     selection_table,
 )
 from .tasks import ClassificationTask, RetrievalTask, STSTask, Task
+from .verdicts import effect, interplay
 
 __all__ = [
     "CONFIG_COMPARISONS",

@@ -10,7 +10,7 @@ import numpy as np
 
 from nosink.models import EncoderFromDecoder
 
-from .grid import NO_TEMPLATE, Candidate
+from .candidates import NO_TEMPLATE, Candidate
 
 __all__ = ["EmbeddingCache"]
 

@@ -10,8 +10,8 @@ from dataclasses import fields
 
 from nosink.checks import count_arg, printable
 
+from .candidates import EXIT_CONFIGS, GRID_CONFIGS, NO_TEMPLATE
 from .driver import run
-from .grid import EXIT_CONFIGS, GRID_CONFIGS, NO_TEMPLATE
 from .options import StudyOptions
 
 __all__ = ["add_arguments", "main", "options_from_args"]

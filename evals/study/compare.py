@@ -7,7 +7,7 @@ from typing import Any
 
 from nosink.evals import stats
 
-from .grid import NO_TEMPLATE, Candidate, converted_layers
+from .candidates import NO_TEMPLATE, Candidate, converted_layers
 from .results import TemplateResult, best_config
 
 __all__ = ["CONFIG_COMPARISONS", "comparisons", "config_pairs", "curve_comparisons"]
@@ -59,7 +59,7 @@ def curve_comparisons(
 
     Early-exit candidates and MASK0&BIDIR (two parameters) are left out.
 
-    >>> from nosink.evals.study.grid import grid
+    >>> from nosink.evals.study.candidates import grid
     >>> cands = grid(4, ks=[2, 4], configs=["INPLACE-BIDIR", "INPLACE-BACK"])
     >>> [(a.name, b.name) for _, a, b in curve_comparisons(cands, {"INPLACE-BACK": cands[3]}, depth=4)]
     [('F* | R*2', 'F* | B*2'), ('F* | R*4', 'F* | B*4'), ('F* | R*2', 'F* | R*4')]

@@ -10,7 +10,7 @@ from nosink.checks import printable
 from nosink.evals import stats
 from nosink.models import EncoderFromDecoder
 
-from .grid import NO_TEMPLATE, Candidate, choose_by_config, exit_candidates, exit_configs_of, grid
+from .candidates import NO_TEMPLATE, Candidate, choose_by_config, exit_candidates, exit_configs_of, grid
 from .loaders import load_classification, load_retrieval, load_sts, load_sts17
 from .ner import ner_payload, ner_study
 from .options import StudyOptions

@@ -13,8 +13,8 @@ import numpy as np
 from nosink.evals import stats
 from nosink.models import EncoderFromDecoder
 
+from .candidates import Candidate, choose_by_config, converted_configs
 from .compare import config_pairs, curve_comparisons
-from .grid import Candidate, choose_by_config, converted_configs
 
 __all__ = ["NER_SPLIT_SEED", "NERStudy", "mean_over_seeds", "ner_payload", "ner_study"]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .grid import DEFAULT_CONFIGS, NO_TEMPLATE
+from .candidates import DEFAULT_CONFIGS, NO_TEMPLATE
 
 __all__ = ["StudyOptions"]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from .grid import NO_TEMPLATE
-from .interplay import effect, interplay
+from .candidates import NO_TEMPLATE
 from .tables import report_curves
+from .verdicts import effect, interplay
 
 __all__ = ["plot_curves", "plot_exits", "plot_interplay", "plot_study"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from nosink.evals import stats
 
-from .grid import Candidate, converted_configs
+from .candidates import Candidate, converted_configs
 
 __all__ = ["Scored", "TemplateResult", "best_config", "overall_choice", "template_row", "write_json"]
 

@@ -13,8 +13,8 @@ import numpy as np
 from nosink.models import EncoderFromDecoder
 
 from .cache import EmbeddingCache
+from .candidates import NO_TEMPLATE, Candidate, choose_by_config, exit_candidates, exit_configs_of
 from .compare import comparisons
-from .grid import NO_TEMPLATE, Candidate, choose_by_config, exit_candidates, exit_configs_of
 from .results import Scored, TemplateResult, overall_choice, template_row, write_json
 from .tasks import Task
 

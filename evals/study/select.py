@@ -13,7 +13,7 @@ from typing import Any
 from nosink.evals import stats
 from nosink.models import EncoderFromDecoder
 
-from .grid import Candidate
+from .candidates import Candidate
 from .ner import NER_SPLIT_SEED, ner_study
 from .tasks import ClassificationTask, STSTask, Task
 

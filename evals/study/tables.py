@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .grid import NO_TEMPLATE, converted_layers
-from .interplay import effect, interplay
+from .candidates import NO_TEMPLATE, converted_layers
+from .verdicts import effect, interplay
 
 __all__ = [
     "comparisons_table",

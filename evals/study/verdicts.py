@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .grid import NO_TEMPLATE
+from .candidates import NO_TEMPLATE
 
 __all__ = ["effect", "interplay"]
 
