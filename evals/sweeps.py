@@ -1,5 +1,9 @@
 """Sweeps over the paper's configurations (k = converted layers, k0 = no-sink layers).
 
+The configurations, their specs and the choice of each one's best are the study's candidate grid
+(:mod:`nosink.evals.study.candidates`); a sweep differs only in its protocol: a dense k grid (:func:`default_ks`),
+MASK0&BIDIR at every k0 <= k, EXTEND up to k = 5, and a table of points with their scores (:class:`SweepPoint`).
+
 A sweep evaluates every spec of the chosen configs in one pass over the data: the encoder runs
 the specs as a prefix tree, so layers below the lowest converted one (and, for MASK0&BIDIR, the
 bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per spec.
@@ -13,15 +17,16 @@ bidirectional layers shared with INPLACE-BIDIR) run once per batch, not once per
 from __future__ import annotations
 
 import csv
-import inspect
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nosink.checks import positive_int
 from nosink.layerspec import Spec, presets
+
+from .study.candidates import CONFIGS, EXTEND_MAX_K, best_by_config
 
 __all__ = [
     "CONFIGS",
@@ -33,13 +38,6 @@ __all__ = [
     "read_table",
     "write_table",
 ]
-
-# The sweepable configurations: paper name -> spec for k converted layers, i.e. every preset whose only
-# parameter is k (BASELINE and MASK0-ALL take none; MASK0&BIDIR takes k and k0 and is swept on its own grid).
-CONFIGS: dict[str, Callable[[int], Spec]] = {
-    name: preset for name, preset in presets.PRESETS.items() if list(inspect.signature(preset).parameters) == ["k"]
-}
-EXTEND_MAX_K = 5  # the paper stops EXTEND at 5 extra layers
 
 
 @dataclass(frozen=True)
@@ -110,12 +108,12 @@ def _grid(values: Iterable[int], name: str, depth: int) -> list[int]:
 
 
 def best(candidates: Sequence[SweepPoint], metric: str) -> dict[str, SweepPoint]:
-    """The best candidate of each configuration by ``metric`` (ties: the smaller k)."""
-    out: dict[str, SweepPoint] = {}
-    for c in sorted(candidates, key=lambda c: (c.k, c.k0 or 0)):
-        if metric in c.scores and (c.config not in out or c.scores[metric] > out[c.config].scores[metric]):
-            out[c.config] = c
-    return out
+    """The best candidate of each configuration by ``metric`` (ties: the smaller k, then the smaller k0).
+
+    The study's choice rule (:func:`nosink.evals.study.candidates.best_by_config`) over the points in (k, k0) order.
+    """
+    ordered = sorted(candidates, key=lambda c: (c.k, c.k0 or 0))
+    return best_by_config((c, c.scores[metric]) for c in ordered if metric in c.scores)
 
 
 def write_table(candidates: Sequence[SweepPoint], folder: str | Path, name: str, meta: dict[str, Any]) -> list[Path]:

@@ -188,6 +188,7 @@ def test_the_studys_integer_arguments_are_refused_when_parsed(entry, option, val
 
     monkeypatch.setattr(EncoderFromDecoder, "from_pretrained", lambda *a, **k: pytest.fail("loaded a model"))
     monkeypatch.setattr(study, "run", lambda *a, **k: pytest.fail("ran the study"))
+    monkeypatch.setattr(study.cli, "run", lambda *a, **k: pytest.fail("ran the study"))  # main()'s own name
     argv = _study_argv(option, values, tmp_path)
     with pytest.raises(SystemExit) as info:
         study.main(argv) if entry.startswith("python") else main(["eval", "study", *argv])

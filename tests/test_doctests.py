@@ -12,7 +12,14 @@ MODULES = sorted(
     {"nosink", "nosink.layerspec"}
     | {
         m.name
-        for pkg in ("nosink", "nosink.layerspec", "nosink.models", "nosink.corpus", "nosink.evals")
+        for pkg in (
+            "nosink",
+            "nosink.layerspec",
+            "nosink.models",
+            "nosink.corpus",
+            "nosink.evals",
+            "nosink.evals.study",
+        )
         for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__, pkg + ".")
     }
 )

@@ -184,7 +184,7 @@ def test_ner_selection_probes_the_candidates_on_a_training_sample_and_the_choosi
         calls.append((list(tr), list(dv), kwargs))
         return real(enc, tr, dv, cands, **kwargs)
 
-    monkeypatch.setattr(study, "ner_study", spy)
+    monkeypatch.setattr(study.select, "ner_study", spy)  # where ner_selection_for looks it up
     chosen, record = ner_selection_for(encoder, profile, train, dev, 8)
     ((sample, probed, kwargs),) = calls
     choose_half, report_half = stats.halves(dev, seed=0)  # ner_study's own cut of the study's dev set
@@ -214,7 +214,7 @@ def test_ner_selection_keeps_the_best_f1_and_the_earliest_candidate_on_a_tie(mon
     def fake(enc, tr, dv, candidates, **kwargs):
         return NERStudy(dict(zip(candidates, scores, strict=True)), {}, {}, 0.0)
 
-    monkeypatch.setattr(study, "ner_study", fake)
+    monkeypatch.setattr(study.select, "ner_study", fake)
     chosen, _ = ner_selection_for(encoder, profile, ner_sentences(6, 0), ner_sentences(4, 1), 4)
     assert chosen.spec == str(cands[want].spec)
 
@@ -271,7 +271,7 @@ def test_the_ner_study_probes_the_selected_spec_not_the_midpoints(tmp_path, monk
     def select(encoder, profile, train, dev, n, seed=0, **kwargs):
         return Candidate("SUGGESTED", other), {"spec": other, "candidates": []}
 
-    monkeypatch.setattr(study, "ner_selection_for", select)
+    monkeypatch.setattr(study.driver, "ner_selection_for", select)  # where run() looks it up
     argv = [str(saved), "--data", str(tmp_path / "data"), "--tasks", "ner", "--ks", "2", "--k0s", "1",
             "--ner-train", "24", "--ner-dev", "12", "--no-progress", "--out", str(tmp_path / "out"),
             "--select", "10"]  # fmt: skip

@@ -257,12 +257,12 @@ def _study_check(args: argparse.Namespace) -> None:
 def _study(args: argparse.Namespace) -> int:
     import shlex
 
-    from nosink.evals.study import ner_table, results_table, run
+    from nosink.evals.study import ner_table, options_from_args, results_table, run
     from nosink.models.weights import MODELS
 
     if not is_baseline(args.model) and args.model not in MODELS:  # run() resolves a short name after its checks
         args.model = model_path(args.model)  # a folder or a hub id, checked
-    run(args, shlex.join(["nosink", *args.argv]))
+    run(options_from_args(args), shlex.join(["nosink", *args.argv]))
     for key in args.tasks:
         path = Path(args.out) / f"{key}.json"
         if not path.is_file():
