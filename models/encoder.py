@@ -21,7 +21,7 @@ from . import texts as _texts
 from .attention import Layout, Packed, Route, fast_route, varlen_ready
 from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
-from .graphs import LayerGraphs
+from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
 from .pooling import Pooling, pool
 from .pretrained import load_encoder
 from .saved import check_sink_token
@@ -118,9 +118,9 @@ class EncoderFromDecoder(nn.Module):
             of one class share one graph, so the first batches are slow once per layer type and mask path.
         cuda_graphs: replay packed batches through CUDA graphs of the whole layer loop (:mod:`nosink.models.graphs`):
             one launch per batch instead of one per kernel, the same results to rounding. ``True`` (default):
-            wherever it applies, on the fast path on CUDA in float16 or bfloat16 and not compiled (batches then
-            always run packed, unless ``pack_padding=False``); a shape is captured at its second batch.
-            ``False``: never.
+            wherever it applies: on the fast path on CUDA in float16 or bfloat16, not compiled, for batches of
+            rows up to 1,024 tokens (these then run packed, unless ``pack_padding=False``); a shape is captured
+            at its second batch. ``False``: never.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
@@ -409,7 +409,7 @@ class EncoderFromDecoder(nn.Module):
     def _replay(self, plans: list[Plan], batch: _Batch) -> dict[str, torch.Tensor] | None:
         # A packed batch through the CUDA graph of its plans and bucket (models/graphs.py); None: run it as it is.
         packed, device = batch.packed, batch.position_ids.device
-        if packed is None or packed.lengths is None or not self._graphs_apply(device):
+        if packed is None or packed.lengths is None or not self._graphs_apply(device, packed.max_length):
             return None
         if self._graphs is None:
             self._graphs = LayerGraphs(device)
@@ -429,10 +429,13 @@ class EncoderFromDecoder(nn.Module):
             window=min(windows, default=None),
         )  # fmt: skip
 
-    def _graphs_apply(self, device: torch.device) -> bool:
-        # Whether batches may replay CUDA graphs (then they always run packed, see _packs).
+    def _graphs_apply(self, device: torch.device, longest: int) -> bool:
+        # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see
+        # _packs). Long rows keep the GPU busy on their own: there graphs save nothing, and forcing an unpadded
+        # batch of them to pack was slower (benchmarks/results/texts-gpu-h200/README.md).
         return (
             self.cuda_graphs
+            and longest <= GRAPH_MAX_LENGTH
             and device.type == "cuda"
             and self.parts._compiled is None
             and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
@@ -561,7 +564,7 @@ class EncoderFromDecoder(nn.Module):
         if fast:
             layout = Layout(attention_mask) if host is None else Layout(attention_mask, host.lengths, host.front)
         packed = None
-        if layout is not None and self._packs(layout, plans, self._graphs_apply(device)):
+        if layout is not None and self._packs(layout, plans, self._graphs_apply(device, layout.max_length)):
             packed = Packed(attention_mask, layout.lengths_host)
         elif layout is not None:
             layout.front  # worked out here, so the layer loop never waits for the device  # noqa: B018

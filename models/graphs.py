@@ -32,10 +32,11 @@ import torch
 
 from .attention import Packed
 
-__all__ = ["GRAPH_LIMIT", "Bucket", "LayerGraphs", "bucket_of"]
+__all__ = ["GRAPH_LIMIT", "GRAPH_MAX_LENGTH", "Bucket", "LayerGraphs", "bucket_of"]
 
 logger = logging.getLogger(__name__)
 
+GRAPH_MAX_LENGTH = 1024  # batches of longer rows run as they are (the encoder's rule: see EncoderFromDecoder)
 GRAPH_LIMIT = 48  # graphs kept per encoder; each holds its outputs, the pool holds the largest one's work
 CAPTURE_AFTER = 2  # a bucket is captured at its second batch
 

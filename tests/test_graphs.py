@@ -57,7 +57,7 @@ def test_a_bucket_too_small_is_an_error():
 def test_cuda_graphs_is_checked():
     with pytest.raises(TypeError, match="cuda_graphs must be True or False"):
         EncoderFromDecoder(tiny_decoder("llama"), "F*", cuda_graphs="yes")
-    assert not EncoderFromDecoder(tiny_decoder("llama"), "F*")._graphs_apply(torch.device("cpu"))
+    assert not EncoderFromDecoder(tiny_decoder("llama"), "F*")._graphs_apply(torch.device("cpu"), 10)
 
 
 # ---------------------------------------------------------------- on CUDA
