@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +12,12 @@ import torch
 from torch import nn
 
 from nosink.checks import printable
-from nosink.layerspec import MAIN, Fork, Kind, LayerStep, Merge, Plan, Spec, additive_mask, as_spec, build_mask
-from nosink.layerspec.masks import relative_positions
+from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Spec, as_spec
 
 from . import batching as _batching
 from . import texts as _texts
-from .attention import Layout, Packed, Route, fast_route, varlen_ready
+from .attention import Layout, Packed, varlen_ready
+from .batch import Batch, HostBatch, dense_mask, packs, prepare, route_of
 from .encoding import EncodeOptions, encode_texts, pooled_batches
 from .families import DecoderParts
 from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
@@ -31,9 +30,6 @@ __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
 
-# The default pack_padding=None packs a batch on the fast path when at least this share of its tokens is padding.
-PACK_MIN_PADDING = 0.05
-
 
 def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
     """The end of the leading steps, from ``start`` on, that all ``plans`` have in common.
@@ -45,33 +41,6 @@ def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
         if any(s != steps[0] for s in steps[1:]):
             return start + i
     return start + min(map(len, tails))
-
-
-@dataclass
-class _HostBatch:
-    """What the host knows of a padded batch it built (encode's batches): the device never has to say it."""
-
-    lengths: list[int]  # each row's real tokens
-    front: bool  # every row's real tokens come first (right padding, or none)
-
-
-@dataclass
-class _Batch:
-    """One prepared batch: embeddings, positions, and the masks built for it so far."""
-
-    hidden: torch.Tensor | None  # (B, T, D) embeddings; (1, N, D) when packed; None until embedded
-    attention_mask: torch.Tensor | None  # (B, T); None for a graph's stream (it has no padded layout)
-    position_ids: torch.Tensor  # (B, T), from each row's first real token; (1, N) when packed
-    context: Any  # rotary cos/sin, per family
-    eager: bool  # masks in eager attention's additive form (else boolean, for SDPA)
-    masks: dict[tuple[Kind, int | None], torch.Tensor]  # by (kind, sliding window)
-    layout: Layout | Packed | None = None  # where the real tokens lie; set only when the batch takes the fast path
-    packed: Packed | None = None  # set when the layers run on the real tokens only (the layout then)
-    input_ids: torch.Tensor | None = None  # (1, N) when packed: what a CUDA graph replays the batch from
-
-    def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
-        """A stream back in the batch's ``(B, T, D)`` layout (zeros at padding when the batch ran packed)."""
-        return hidden if self.packed is None else self.packed.unpack(hidden)
 
 
 @dataclass
@@ -394,7 +363,7 @@ class EncoderFromDecoder(nn.Module):
         out = self._run_plans(plans, batch)
         return {plan.name: out[plan.name] for plan in plans}
 
-    def _run_plans(self, plans: list[Plan], batch: _Batch) -> dict[str, torch.Tensor]:
+    def _run_plans(self, plans: list[Plan], batch: Batch) -> dict[str, torch.Tensor]:
         # Each plan's last hidden state (normed), in the batch's (B, T, D) layout: replayed through a CUDA graph
         # where one applies (see _replay), else run here.
         if batch.hidden is None:
@@ -406,7 +375,7 @@ class EncoderFromDecoder(nn.Module):
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
         return {name: batch.unpack(hidden) for name, hidden in out.items()}
 
-    def _replay(self, plans: list[Plan], batch: _Batch) -> dict[str, torch.Tensor] | None:
+    def _replay(self, plans: list[Plan], batch: Batch) -> dict[str, torch.Tensor] | None:
         # A packed batch through the CUDA graph of its plans and bucket (models/graphs.py); None: run it as it is.
         packed, device = batch.packed, batch.position_ids.device
         if packed is None or packed.lengths is None or not self._graphs_apply(device, packed.max_length):
@@ -416,7 +385,7 @@ class EncoderFromDecoder(nn.Module):
 
         def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
             # The function captured: the layer loop over a stream of the graph's own inputs.
-            run = _Batch(None, None, positions, None, False, {}, stream, stream, ids)
+            run = Batch(None, None, positions, None, False, {}, stream, stream, ids)
             self._embed(run)
             out: dict[str, torch.Tensor] = {}
             self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
@@ -441,13 +410,13 @@ class EncoderFromDecoder(nn.Module):
             and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
         )
 
-    def _embed(self, batch: _Batch) -> None:
+    def _embed(self, batch: Batch) -> None:
         # The embeddings and the rotary context of a prepared batch (its ids in the layers' layout).
         batch.hidden = self.parts.embed(batch.input_ids, batch.position_ids)  # (B, T, D), or (1, N, D) packed
         batch.context = self.parts.position_context(batch.hidden, batch.position_ids)
 
     def _run_tree(
-        self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: _Batch, out: dict
+        self, plans: list[Plan], start: int, streams: dict[str, torch.Tensor], batch: Batch, out: dict
     ) -> None:
         # Plans that agree up to a step share its result: run the common steps once, then branch
         # where they part, like walking a prefix tree. Holds at most one set of streams per depth.
@@ -504,55 +473,14 @@ class EncoderFromDecoder(nn.Module):
         attention_mask: torch.Tensor | None,
         eager: bool | None = None,
         plans: Sequence[Plan] = (),
-        host: _HostBatch | None = None,
+        host: HostBatch | None = None,
         embed: bool = True,
-    ) -> _Batch:
-        # `host`: the batch comes from encode() (host tensors, pinned on CUDA): they are copied without waiting,
-        # and what the layout needs is read from `host`, so preparing the batch never waits for the device.
+    ) -> Batch:
+        # The batch on the device (models/batch.py). Whether it takes the fast path and runs packed is decided
+        # once, here; each layer step then only asks whether its own window allows the fast route (route_of).
         # `embed=False` leaves the embedding to the caller (_run_plans: a CUDA graph may do it).
-        if not isinstance(input_ids, torch.Tensor) or input_ids.ndim != 2:
-            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise ValueError(f"input_ids must be a (batch, seq) tensor, got {shape}")
-        if input_ids.shape[0] == 0:
-            raise ValueError("input_ids has no rows (batch size 0): there is nothing to encode")
-        if input_ids.shape[1] == 0:
-            raise ValueError("input_ids has no tokens (sequence length 0)")
-        if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-            raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-        vocab = self.parts.embed_tokens.num_embeddings
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
-            raise ValueError(
-                f"input_ids hold ids from {int(input_ids.min())} to {int(input_ids.max())} but the model's "
-                f"vocabulary has ids 0 to {vocab - 1}: is the tokenizer the model's own?"
-            )
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask {tuple(attention_mask.shape)} does not match input_ids {tuple(input_ids.shape)}"
-            )
         device = self.parts.embed_tokens.weight.device
-        if host is None:
-            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        else:  # a boolean mask: relative_positions then has no values to check (a check would wait for the device)
-            input_ids = input_ids.to(device, non_blocking=True)
-            attention_mask = attention_mask.to(device, non_blocking=True).bool()
-        position_ids = relative_positions(attention_mask).clamp(min=0)  # (B, T), counted from each row's first token
-        limit = self.parts.max_positions
-        if limit is not None and input_ids.shape[1] > limit:
-            raise ValueError(f"{input_ids.shape[1]} tokens exceed this model's {limit} learned positions; truncate")
-        trained = self.parts.trained_positions
-        if trained is not None and input_ids.shape[1] > trained and self._last_position(position_ids, host) >= trained:
-            # One message per model (no token count in it), so Python's warning filter shows it once.
-            warnings.warn(
-                f"inputs run past this model's max_position_embeddings ({trained}): its rotary positions "
-                "were not trained that far, so results may degrade; truncate (encode's max_length)",
-                UserWarning,
-                stacklevel=3,
-            )
         eager = self.parts.attn_implementation == "eager" if eager is None else eager
-        # Whether this batch may take the fast path, and run packed, is decided once, here; each layer step
-        # then only asks whether its own window allows the fast route (see _route).
         fast = (
             self.fast_attention is not False
             and not self.training
@@ -560,62 +488,21 @@ class EncoderFromDecoder(nn.Module):
             and self.parts.fast_attention_applies
             and (self.fast_attention is True or device.type == "cuda")
         )
-        layout = None
-        if fast:
-            layout = Layout(attention_mask) if host is None else Layout(attention_mask, host.lengths, host.front)
-        packed = None
-        if layout is not None and self._packs(layout, plans, self._graphs_apply(device, layout.max_length)):
-            packed = Packed(attention_mask, layout.lengths_host)
-        elif layout is not None:
-            layout.front  # worked out here, so the layer loop never waits for the device  # noqa: B018
-        if packed is not None:
-            input_ids, position_ids = packed.pack(input_ids), packed.pack(position_ids)  # (1, N)
-        batch = _Batch(None, attention_mask, position_ids, None, eager, {}, packed or layout, packed, input_ids)
+
+        def packed(layout: Layout) -> bool:
+            return packs(layout, plans, self.pack_padding, self._graphs_apply(device, layout.max_length))
+
+        batch = prepare(self.parts, input_ids, attention_mask, eager=eager, fast=fast, packs=packed, host=host)
         if embed:
             self._embed(batch)
         return batch
-
-    @staticmethod
-    def _last_position(position_ids: torch.Tensor, host: _HostBatch | None) -> int:
-        # The largest position in the batch: the longest row's last token (read on the host when it knows).
-        return int(position_ids.max()) if host is None else max(host.lengths, default=1) - 1
-
-    def _packs(self, layout: Layout, plans: Sequence[Plan], graphs: bool = False) -> bool:
-        # Packing drops the padding before the first layer; it needs every layer step on a fast route, so a
-        # sliding window shorter than the longest row (which needs the dense mask) keeps the padded layout.
-        # Where CUDA graphs apply every batch packs, padded or not: a graph replays packed streams only.
-        if self.pack_padding is False or not (layout.padded or graphs) or not plans:
-            return False
-        for plan in plans:
-            for step in plan.layer_steps:
-                if step.window is not None and step.window < layout.max_length:
-                    return False
-        if self.pack_padding is True or graphs:
-            return True
-        # Below this share the saving is a few percent at most, against a gather, a scatter and the index
-        # bookkeeping per batch (a judgement: not yet measured).
-        return layout.total <= (1 - PACK_MIN_PADDING) * layout.real.numel()
-
-    def _mask(self, step: LayerStep, batch: _Batch) -> torch.Tensor:
-        # Built once per batch, kind and window, on first use, whatever the number of layers or specs using it.
-        if batch.packed is not None:
-            raise RuntimeError(f"layer {step.layer} needs a dense mask, which a packed batch has none of")
-        key = (step.kind, step.window)
-        if key not in batch.masks:
-            mask = build_mask(step.kind, batch.attention_mask, sliding_window=step.window)  # (B, 1, T, T) bool
-            batch.masks[key] = additive_mask(mask, batch.hidden.dtype) if batch.eager else mask
-        return batch.masks[key]
-
-    def _route(self, step: LayerStep, batch: _Batch) -> Route | None:
-        # The fast path where it is exact; None sends the layer to the dense mask.
-        return None if batch.layout is None else fast_route(step.kind, step.window, batch.layout)
 
     def _run(
         self,
         plan: Plan,
         start: int,
         streams: dict[str, torch.Tensor],
-        batch: _Batch,
+        batch: Batch,
         history: list[torch.Tensor] | None,
         stop: int | None = None,
         weights: list[torch.Tensor] | None = None,
@@ -623,8 +510,8 @@ class EncoderFromDecoder(nn.Module):
         # The loop reads only the plan: which layer, which mask (kind and window), which stream.
         for step in plan.steps[start:stop]:
             if isinstance(step, LayerStep):
-                route = None if weights is not None else self._route(step, batch)
-                mask = None if route is not None else self._mask(step, batch)
+                route = None if weights is not None else route_of(step, batch)
+                mask = None if route is not None else dense_mask(step, batch)
                 streams[step.stream] = self.parts.call_layer(
                     step.layer, streams[step.stream], mask, batch.context, batch.position_ids, route, weights
                 )
@@ -830,7 +717,7 @@ class EncoderFromDecoder(nn.Module):
         lengths = attn.sum(-1).tolist()
         front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix
         with torch.inference_mode():
-            batch = self._prepare(ids, attn, plans=plans, host=_HostBatch(lengths, front), embed=False)
+            batch = self._prepare(ids, attn, plans=plans, host=HostBatch(lengths, front), embed=False)
             out = self._run_plans(list(plans), batch)
             if token_embeddings:
                 flat = text_mask.flatten().nonzero().squeeze(1)  # (n,) text tokens of (B * T), row after row

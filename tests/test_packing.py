@@ -26,7 +26,7 @@ import nosink.models.attention as attention
 from nosink import EncoderFromDecoder
 from nosink.layerspec import Kind
 from nosink.models.attention import Packed, Route, attend, fast_route
-from nosink.models.encoder import PACK_MIN_PADDING
+from nosink.models.batch import PACK_MIN_PADDING
 
 
 def packed_attend(q, k, v, kind, mask, scale=None):
