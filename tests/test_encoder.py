@@ -230,7 +230,7 @@ def test_half_precision_gives_no_nan(family, spec, dtype):
 
 
 def test_one_mask_per_kind_and_window_per_batch(monkeypatch):
-    import nosink.models.encoder as module
+    import nosink.models.batch as module
 
     calls = []
     real = module.build_mask
