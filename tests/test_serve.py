@@ -65,6 +65,10 @@ def tiny_chat_model(seed: int = 0):
     return lm.eval(), tok
 
 
+# With pytest-xdist this file's tests run on one worker (--dist loadgroup): its servers start once.
+pytestmark = pytest.mark.xdist_group("test_serve")
+
+
 @pytest.fixture(scope="module")
 def server():
     lm, tok = tiny_chat_model()

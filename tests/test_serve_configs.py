@@ -45,6 +45,10 @@ CONFIGS = {
 LIMITS = Limits(max_tokens_per_text=64)
 
 
+# With pytest-xdist this file's tests run on one worker (--dist loadgroup): its server starts once.
+pytestmark = pytest.mark.xdist_group("test_serve_configs")
+
+
 @pytest.fixture(scope="module")
 def server():
     lm, tok = tiny_chat_model()

@@ -23,6 +23,9 @@ from test_serve import CHAT, KEY, PROMPTS, SPEC, TEXTS, tiny_chat_model  # noqa:
 
 from nosink.serve import ApiError, Limits, ServerThread, create_app  # noqa: E402
 
+# With pytest-xdist this file's tests run on one worker (--dist loadgroup): its server processes start once.
+pytestmark = pytest.mark.xdist_group("test_serve_processes")
+
 
 @pytest.fixture(scope="module")
 def served():
