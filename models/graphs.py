@@ -13,8 +13,10 @@ dropped. Buckets keep the stream within an eighth above the batch's tokens.
 
 A bucket is captured the second time a batch falls in it (a one-off shape never pays for a capture), into
 one memory pool shared by all the encoder's graphs (their intermediates reuse the same memory: a replay's
-outputs are taken, on the same stream, before the next replay); at most :data:`GRAPH_LIMIT` graphs are kept,
-the least recently used dropped first. Nothing here knows transformers or the layer kinds: the encoder gives
+outputs are taken, on the same stream, before the next replay). At most :data:`GRAPH_LIMIT` graphs are
+captured; batches of buckets beyond them run as they are. No graph is ever dropped for another: a workload
+of more shapes than the limit (a server's batches of every size) would otherwise capture without end, each
+capture costing a few batches' time. Nothing here knows transformers or the layer kinds: the encoder gives
 the function to capture.
 """
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -37,7 +39,7 @@ __all__ = ["GRAPH_LIMIT", "GRAPH_MAX_LENGTH", "Bucket", "LayerGraphs", "bucket_o
 logger = logging.getLogger(__name__)
 
 GRAPH_MAX_LENGTH = 1024  # batches of longer rows run as they are (the encoder's rule: see EncoderFromDecoder)
-GRAPH_LIMIT = 48  # graphs kept per encoder; each holds its outputs, the pool holds the largest one's work
+GRAPH_LIMIT = 64  # graphs captured per encoder; each holds its outputs, the pool holds the largest one's work
 CAPTURE_AFTER = 2  # a bucket is captured at its second batch
 
 Result = TypeVar("Result")
@@ -118,7 +120,7 @@ class LayerGraphs:
 
     Args:
         device: the CUDA device the model runs on.
-        limit: graphs kept; the least recently used is dropped first.
+        limit: graphs captured at most; later buckets run as they are.
         capture_after: a bucket is captured at this many batches in it.
     """
 
@@ -126,7 +128,7 @@ class LayerGraphs:
         self.device = device
         self.limit = limit
         self.capture_after = capture_after
-        self.graphs: OrderedDict[Hashable, _Graph] = OrderedDict()
+        self.graphs: dict[Hashable, _Graph] = {}
         self.seen: Counter[Hashable] = Counter()
         self.broken: Exception | None = None  # set when a capture failed: every batch then runs as it is
         self.replays = 0
@@ -161,13 +163,12 @@ class LayerGraphs:
             graph = self.graphs.get(name)
             if graph is None:
                 self.seen[name] += 1
-                if self.seen[name] < self.capture_after:
+                if self.seen[name] < self.capture_after or len(self.graphs) >= self.limit:
                     return None
                 graph = self._capture(name, bucket, lengths, ids, body)
                 if graph is None:
                     return None
             else:
-                self.graphs.move_to_end(name)
                 graph.fill(lengths, ids)
             graph.graph.replay()  # type: ignore[union-attr]
             self.replays += 1
@@ -201,7 +202,5 @@ class LayerGraphs:
             logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)
             return None
         self.graphs[name] = graph
-        while len(self.graphs) > self.limit:
-            self.graphs.popitem(last=False)
         logger.debug("captured a CUDA graph for %s (%d kept)", bucket, len(self.graphs))
         return graph
