@@ -34,6 +34,7 @@ import argparse
 import statistics
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import torch
 import transformers as tf
@@ -240,14 +241,17 @@ WORDS = (
 ).split()
 
 
-def synthetic_texts(n: int, seed: int = 0) -> list[str]:
-    """``n`` texts of 8 to 100 words drawn from a small vocabulary (speed depends on length, not meaning)."""
+def synthetic_texts(
+    n: int, seed: int = 0, words: tuple[int, int] = (8, 100), vocabulary: Sequence[str] = WORDS
+) -> list[str]:
+    """``n`` texts of ``words`` (at least, at most) words drawn from a small ``vocabulary`` (speed depends on
+    length, not meaning)."""
     g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(8, 101, (n,), generator=g).tolist()
-    picks = torch.randint(0, len(WORDS), (sum(lengths),), generator=g).tolist()
+    lengths = torch.randint(words[0], words[1] + 1, (n,), generator=g).tolist()
+    picks = torch.randint(0, len(vocabulary), (sum(lengths),), generator=g).tolist()
     out, at = [], 0
     for n_words in lengths:
-        out.append(" ".join(WORDS[i] for i in picks[at : at + n_words]).capitalize() + ".")
+        out.append(" ".join(vocabulary[i] for i in picks[at : at + n_words]).capitalize() + ".")
         at += n_words
     return out
 

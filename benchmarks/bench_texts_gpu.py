@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encoder import ARCHS, _model
+from bench_encoder import ARCHS, _model, synthetic_texts
 
 from nosink import EncoderFromDecoder
 
@@ -46,14 +46,7 @@ WORDS = (
 
 def texts_of(n: int, seed: int = 0) -> list[str]:
     """``n`` texts of 6 to 40 words (speed depends on length, not meaning)."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(6, 41, (n,), generator=g).tolist()
-    picks = torch.randint(0, len(WORDS), (sum(lengths),), generator=g).tolist()
-    out, at = [], 0
-    for count in lengths:
-        out.append(" ".join(WORDS[i] for i in picks[at : at + count]).capitalize() + ".")
-        at += count
-    return out
+    return synthetic_texts(n, seed, words=(6, 40), vocabulary=WORDS)
 
 
 def specs_for(depth: int) -> list[str]:
