@@ -1149,6 +1149,10 @@ def test_cli_serve_reads_a_saved_encoders_spec_and_asks_a_plain_model_for_one(tm
     assert str(encoder.spec) == "F* | B" and encoder.sink_token == "<s>"  # nosink.json's spec and sink token
     assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--spec", SPEC, "--port", str(_free_port())]) == 0
     assert str(served[-1].state.encoder.spec) == SPEC  # --spec wins over the saved one
+    assert served[-1].state.encoder.cuda_graphs is True  # on by default; --no-cuda-graphs turns them off
+    argv = ["serve", str(tmp_path / "enc"), "--no-chat", "--no-cuda-graphs", "--port", str(_free_port())]
+    assert main(argv) == 0
+    assert served.pop().state.encoder.cuda_graphs is False
     folder = _saved_chat_model(tmp_path / "m")
     capsys.readouterr()
     assert main(["serve", str(folder), "--port", str(_free_port())]) == 1

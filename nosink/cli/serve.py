@@ -52,6 +52,11 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--workers", type=_workers, default="auto", metavar="N",
                    help="front-end processes that read requests and write answers while one process runs the "
                         "model; 0: one process (default auto: 0 on the CPU, 4 on a GPU)")  # fmt: skip
+    p.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="run embedding batches without CUDA graphs (on by default on a GPU in float16/bfloat16)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="uvicorn's log level (info logs every request; warning: errors and warnings only)")  # fmt: skip
     p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
@@ -172,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
                         body_timeout_s=args.body_timeout, max_connections=args.max_connections,
                         max_connections_per_client=args.max_connections_per_client)  # fmt: skip
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
-                         api_key=key, limits=limits, sink_token=sink_token)  # fmt: skip
+                         api_key=key, limits=limits, sink_token=sink_token,
+                         cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
         what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 

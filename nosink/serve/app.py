@@ -42,6 +42,7 @@ def create_app(
     api_key: str | None = None,
     limits: Limits | None = None,
     sink_token: str = "auto",
+    cuda_graphs: bool = True,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -63,6 +64,8 @@ def create_app(
         api_key: if given, every ``/v1`` request needs ``Authorization: Bearer <api_key>``.
         limits: request limits and batching (see :class:`Limits`).
         sink_token: as for :class:`EncoderFromDecoder`.
+        cuda_graphs: as for :class:`EncoderFromDecoder` (embedding batches replay CUDA graphs on a GPU in
+            float16/bfloat16; ``False`` runs every batch as it is).
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
@@ -88,7 +91,7 @@ def create_app(
     configs = configs_of(spec, "")  # "": the model's own id, known once the encoder names it
     first = next(iter(configs.values()))
     encoder = EncoderFromDecoder.from_model(
-        model, first.spec, tokenizer, sink_token=sink_token, exit_layer=first.exit_layer
+        model, first.spec, tokenizer, sink_token=sink_token, exit_layer=first.exit_layer, cuda_graphs=cuda_graphs
     )
     sink = encoder.sink_ids()
     name = name or model_id(encoder.name_or_path)
