@@ -1,6 +1,7 @@
 """The study runner's selection and scoring, on a tiny random decoder (no download, a few seconds)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -673,3 +674,112 @@ def test_ner_table_marks_each_configs_own_choice_only():
     ]
     assert marked == ["| F*", "| MASK0&BIDIR", "| SUGGESTED"]
     assert "`F* \\| B \\| M0B` |" in ner_table({"rows": rows, "chosen": chosen}).splitlines()[3]
+
+
+# ---------------------------------------------------------------------------------------- retrieval as MTEB scores it
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def write_varied_beir(folder, n_docs=9, n_queries=4):
+    """A BEIR folder whose documents and queries differ in every word (no ties in a tiny model's ranking)."""
+    (folder / "qrels").mkdir(parents=True)
+    docs = sentences(n_docs, seed=11, length=7)
+    titles = sentences(n_docs, seed=12, length=2)
+    rows = [{"_id": f"d{i}", "title": titles[i] if i % 3 else "", "text": t} for i, t in enumerate(docs)]
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    queries = [{"_id": f"q{i}", "text": t} for i, t in enumerate(sentences(n_queries, seed=13, length=3))]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    qrels = ["query-id\tcorpus-id\tscore"] + [f"q{i}\td{2 * i}\t1" for i in range(n_queries)] + ["q0\td5\t2"]
+    (folder / "qrels" / "test.tsv").write_text("\n".join(qrels) + "\n")
+
+
+def test_full_corpus_ndcg_at_10_is_mtebs_own_score(tmp_path, monkeypatch):
+    """The study's nDCG@10 over every test query on the full corpus is the score mteb's own run gives."""
+    import sys
+
+    from nosink.evals.mteb_run import run_mteb
+
+    monkeypatch.setitem(sys.modules, "nosink.models.st", None)  # mteb calls NosinkMTEBEncoder, as in test_mteb
+    write_varied_beir(tmp_path / "data" / "scifact")
+    encoder = tiny_encoder()
+    summary = run_mteb(encoder, ["SciFact"], data_dir=tmp_path / "data", out_dir=tmp_path / "out")
+    entry = summary["tasks"]["SciFact"]
+    assert entry["main_score"] == "ndcg_at_10", entry
+    mtebs = next(iter(entry["scores"].values()))
+
+    task = load_retrieval("SciFact", tmp_path / "data" / "scifact")
+    assert task.mode == "full" and task.quick is None and len(task.corpus) == 9
+    cache, cand = EmbeddingCache(encoder, None, task.instruction), Candidate("F*", "F*")
+    ndcg = task.per_query([*task.choose, *task.report], lambda texts: cache.vectors([cand], texts)["F*"])
+    assert 0 < ndcg.mean() < 1
+    assert ndcg.mean() == pytest.approx(mtebs, abs=1e-5)  # mteb rounds its mean to 5 decimals
+
+
+def test_retrieval_scores_a_long_corpus_in_blocks_of_queries_alike():
+    base = retrieval_task()
+    rng = np.random.default_rng(0)
+    table = {t: rng.normal(size=6) for _, t in [*base.choose, *base.report, *base.corpus]}
+
+    def vectors(texts):
+        return np.stack([table[t] for t in texts])
+
+    def task(**kwargs):
+        return RetrievalTask(base.name, base.choose, base.report, base.corpus, base.relevant, **kwargs)
+
+    queries = [*base.choose, *base.report]
+    whole = base.per_query(queries, vectors)
+    np.testing.assert_allclose(task(query_chunk=1).per_query(queries, vectors), whole)
+    # a top 3 of 4 documents (argpartition) in blocks of one query or all: the same rankings
+    np.testing.assert_allclose(
+        task(query_chunk=1, top_k=3).per_query(queries, vectors), task(top_k=3).per_query(queries, vectors)
+    )
+
+
+def test_quick_mode_is_labelled_in_the_task_the_json_and_the_table(tmp_path):
+    from nosink.evals.study import results_table, retrieval_setting
+    from nosink.evals.study.driver import retrieval_mode
+
+    write_beir(tmp_path / "scifact")
+    full = load_retrieval("SciFact", tmp_path / "scifact")
+    quick = load_retrieval("SciFact", tmp_path / "scifact", n_other=2, doc_words=3)
+    assert full.mode == "full" and quick.mode == "quick"
+    assert "corpus of 9 of 12 documents (every judged one + 2 random)" in quick.quick and "first 3 words" in quick.quick
+    # fewer queries alone is a quick mode too (the mean is no longer over the data set's queries)
+    assert load_retrieval("SciFact", tmp_path / "scifact", n_queries=4).mode == "quick"
+
+    data_full, data_quick = retrieval_mode(full, 512), retrieval_mode(quick, 512)
+    assert data_full["mteb_comparable"] and data_full["corpus"].startswith("full: all 12 documents")
+    assert "512 tokens" in data_full["truncation"]
+    assert not data_quick["mteb_comparable"] and data_quick["corpus"].startswith("QUICK MODE, not comparable")
+    row = {"name": "F*", "choose": 0.5, "report": 0.5, "low": 0.4, "high": 0.6}
+    for data, opening in ((data_full, "Corpus: full"), (data_quick, "Corpus: QUICK MODE")):
+        payload = {"metric": "ndcg@10", "data": data, "templates": [{"template": "instruction", "chosen": {"F*": row}}]}
+        assert results_table(payload).startswith(opening)
+    # a JSON from before the modes: its cuts say it was the quick mode
+    old = {"metric": "ndcg@10", "data": {"n_queries": 60, "n_other_documents": 90, "doc_words": 64, "n_documents": 150}}
+    assert retrieval_setting(old).startswith("QUICK MODE") and retrieval_setting({"metric": "spearman"}) is None
+
+
+def test_the_study_command_takes_the_quick_mode_and_the_token_limit():
+    import argparse
+
+    from nosink.evals.study.cli import add_arguments, options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    o = options_from_args(parser.parse_args(["m", "--data", "d", "--out", "o"]))
+    assert (o.ret_queries, o.ret_other, o.ret_doc_words, o.max_length) == (None, None, None, 512)
+    o = options_from_args(
+        parser.parse_args(["m", "--data", "d", "--out", "o", "--ret-other", "90", "--max-length", "256"])
+    )
+    assert o.ret_other == 90 and o.max_length == 256
+
+
+@pytest.mark.parametrize(("name", "docs", "queries"), [("SciFact", 5183, 300), ("NFCorpus", 3633, 323)])
+def test_the_shared_retrieval_sets_load_whole_by_default(name, docs, queries):
+    folder = SHARED / name.lower()
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is absent")
+    task = load_retrieval(name, folder)
+    assert task.mode == "full" and len(task.corpus) == docs and len(task.choose) + len(task.report) == queries

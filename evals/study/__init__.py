@@ -15,7 +15,8 @@ or a published prompt template of :mod:`nosink.models.templates`):
 Tasks: sentence similarity (:class:`STSTask`, Spearman of cosine similarities, pairs as units: STS-B,
 and STS17 reported with specs chosen on STS-B dev), classification (:class:`ClassificationTask`, logistic
 regression on frozen embeddings, items as units: Banking77, Emotion, MASSIVE intent) and retrieval
-(:class:`RetrievalTask`, nDCG@10 by mteb's own metric code, queries as units: NFCorpus, SciFact);
+(:class:`RetrievalTask`, nDCG@10 by mteb's own metric code, queries as units: NFCorpus, SciFact, on their
+full corpora as MTEB scores them, or a labelled quick mode);
 token-level NER goes through :func:`ner_study` (linear probes, several seeds, CoNLL dev in halves).
 
 The package, one job per module:
@@ -67,6 +68,7 @@ from .tables import (
     interplay_table,
     ner_table,
     results_table,
+    retrieval_setting,
     selection_table,
 )
 from .tasks import ClassificationTask, RetrievalTask, STSTask, Task
@@ -125,6 +127,7 @@ __all__ = [
     "plot_interplay",
     "plot_study",
     "results_table",
+    "retrieval_setting",
     "run",
     "run_template",
     "selection_for",

@@ -97,19 +97,20 @@ def add_arguments(parser: argparse.ArgumentParser, data_env: str | None = None) 
         default=defaults.cls_validation,
         help="MASSIVE validation items to choose on",
     )
-    parser.add_argument("--ret-queries", type=count_arg(2), help="retrieval test queries, in halves (default all)")
-    parser.add_argument(
-        "--ret-other",
-        type=count_arg(0),
-        help="unjudged documents kept beside the judged ones (default all; 0: the judged ones only)",
-    )
-    parser.add_argument(
-        "--ret-doc-words", type=count_arg(), help="cut documents to their first N words (default: no cut)"
-    )
+    quick = "quick mode: the scores no longer compare with MTEB's, and every output says so"
+    parser.add_argument("--ret-queries", type=count_arg(2),
+                        help=f"retrieval test queries, in halves (default all; fewer: {quick})")  # fmt: skip
+    parser.add_argument("--ret-other", type=count_arg(0),
+                        help="keep only the judged documents and N seeded random others in the retrieval corpus "
+                        f"(default: the full corpus; {quick})")  # fmt: skip
+    parser.add_argument("--ret-doc-words", type=count_arg(),
+                        help=f"cut retrieval documents to their first N words (default: no cut; {quick})")  # fmt: skip
     parser.add_argument("--ner-train", type=count_arg(), default=defaults.ner_train)
     parser.add_argument("--ner-dev", type=count_arg(2), default=defaults.ner_dev)
     parser.add_argument("--seed", type=count_arg(0), default=defaults.seed)
     parser.add_argument("--batch-size", type=count_arg(), default=defaults.batch_size, help="texts per forward pass")
+    parser.add_argument("--max-length", type=count_arg(), default=defaults.max_length,
+                        help="tokens per text; a longer one (a retrieval document) keeps its beginning")  # fmt: skip
     parser.add_argument("--no-suggestion", action="store_true")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars (by default each long encoding pass shows one on stderr)")  # fmt: skip

@@ -91,6 +91,7 @@ def run(options: StudyOptions, command: str) -> int:
             encoder, task, o.out / f"{key}.json", templates, candidates, task_suggestion, o.exits, exit_templates,
             restricted=o.restricted, meta=task_meta | {"data": sizes[key]}, batch_size=o.batch_size,
             exit_configs=o.exit_configs, report_grid=o.report_grid, show_progress_bar=o.progress,
+            max_length=o.max_length,
         )  # fmt: skip
     if conll is not None:
         ner_suggestion, ner_meta = suggestion, meta
@@ -125,10 +126,9 @@ def _load_tasks(o: StudyOptions) -> dict[str, Task]:
 def _data_sizes(o: StudyOptions, tasks: Mapping[str, Task]) -> dict[str, dict[str, Any]]:
     """Each task's samples as its JSON records them (``meta["data"]``)."""
     retrieval = {
-        "queries": "seeded sample of the test queries, in seeded halves: choose on the first, report on the second",
+        "queries": "the test queries, in seeded halves: choose on the first, report on the second",
         "n_queries": o.ret_queries, "n_other_documents": o.ret_other, "doc_words": o.ret_doc_words,
-        "corpus": "subsampled: every document judged for a sampled query, plus n_other_documents seeded random "
-        "others (all when null)",
+        "max_length": o.max_length,
         "metric": "nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), per query; cosine top 100",
     }  # fmt: skip
     sizes = {
@@ -144,10 +144,7 @@ def _data_sizes(o: StudyOptions, tasks: Mapping[str, Task]) -> dict[str, dict[st
     for key in ("nfcorpus", "scifact"):
         task = tasks.get(key)
         if isinstance(task, RetrievalTask):
-            sizes[key] = retrieval | {
-                "n_choose_queries": len(task.choose), "n_report_queries": len(task.report),
-                "n_documents": len(task.corpus),
-            }  # fmt: skip
+            sizes[key] = retrieval | retrieval_mode(task, o.max_length)
     sizes["ner"] = {
         "train": f"first {o.ner_train} CoNLL-2003 train sentences",
         "dev": f"first {o.ner_dev} dev sentences, in seeded halves (choose on one, report on the other)",
@@ -155,6 +152,27 @@ def _data_sizes(o: StudyOptions, tasks: Mapping[str, Task]) -> dict[str, dict[st
         "max_length": 32,
     }
     return sizes
+
+
+def retrieval_mode(task: RetrievalTask, max_length: int | None = None) -> dict[str, Any]:
+    """What a retrieval JSON records of its setting (``meta["data"]``): ``mode`` (``full`` or ``quick``),
+    whether its scores compare with MTEB's, the cut (quick mode), the sizes and the token limit.
+
+    Args:
+        task: the loaded task.
+        max_length: tokens per text, documents longer than that truncated (``None``: the encoder's own).
+    """
+    if task.quick is None:
+        corpus = (f"full: all {len(task.corpus):,} documents and all {len(task.choose) + len(task.report):,} test "
+                  "queries, as MTEB scores them (the reported mean is over half the queries)")  # fmt: skip
+    else:
+        corpus = f"QUICK MODE, not comparable with MTEB scores: {task.quick}"
+    limit = "the encoder's own limit" if max_length is None else f"{max_length} tokens"
+    return {
+        "mode": task.mode, "mteb_comparable": task.quick is None, "corpus": corpus,
+        "n_choose_queries": len(task.choose), "n_report_queries": len(task.report), "n_documents": len(task.corpus),
+        "truncation": f"every text cut to {limit} (longer documents keep their beginning)",
+    }  # fmt: skip
 
 
 def _run_baseline(
@@ -165,7 +183,10 @@ def _run_baseline(
 
     folder = baseline_folder(o.model)
     for key, task in tasks.items():
-        baseline_task(folder, task, o.out / f"{key}.json", meta | {"data": sizes[key]})
+        data = sizes[key]
+        if isinstance(task, RetrievalTask):  # a trained encoder cuts texts at its own max_seq_length
+            data = {**data, "max_length": None} | retrieval_mode(task)
+        baseline_task(folder, task, o.out / f"{key}.json", meta | {"data": data}, show_progress_bar=o.progress)
     if "ner" in o.tasks:
         train, dev = _conll(o.data, o.ner_train, o.ner_dev)
         cands = [Candidate("F*", "F*")]

@@ -1,4 +1,5 @@
-"""The study's tasks from local copies of their data sets (``--data``): seeded samples of each split."""
+"""The study's tasks from local copies of their data sets (``--data``): seeded samples of each split (retrieval:
+the full corpora by default, as MTEB scores them)."""
 
 from __future__ import annotations
 
@@ -86,17 +87,19 @@ def load_classification(
 def load_retrieval(
     name: str,
     folder: str | Path,
-    n_queries: int | None,
-    n_other: int | None,
+    n_queries: int | None = None,
+    n_other: int | None = None,
     seed: int = 0,
     doc_words: int | None = None,
 ) -> RetrievalTask:
-    """NFCorpus or SciFact (BEIR folder, test split): a seeded sample of queries in two halves (choose on the
-    first, report on the second) and a subsampled corpus.
+    """NFCorpus or SciFact (BEIR folder, test split): the test queries in two seeded halves (choose on the
+    first, report on the second) searching the full corpus, as MTEB scores them.
 
-    The corpus keeps every document judged for a sampled query and a seeded random sample of ``n_other``
-    of the rest (all of them: ``None``). A document's text is its title and text joined as mteb joins
-    them, cut to its first ``doc_words`` words when given.
+    The quick mode, for smoke tests and small machines, takes any of: a seeded sample of ``n_queries``
+    queries; a subsampled corpus (every document judged for a kept query and a seeded random sample of
+    ``n_other`` of the rest); documents cut to their first ``doc_words`` words. The task's ``quick``
+    then says which, and its scores are not comparable with MTEB's. A document's text is its title and
+    text joined as mteb joins them.
 
     Raises:
         ValueError: for another task name.
@@ -109,21 +112,27 @@ def load_retrieval(
     data = LOCAL_FOLDERS[name][1](Path(folder))["default"]["test"]
     rng = random.Random(seed)
     queries = list(zip(data["queries"]["id"], data["queries"]["text"], strict=True))
+    cuts = []
     if n_queries is not None and n_queries < len(queries):
+        cuts.append(f"{n_queries} of {len(queries)} test queries (seeded sample)")
         queries = rng.sample(queries, n_queries)
     relevant = {q: dict(data["relevant_docs"][q]) for q, _ in queries}
     judged = {d for q, _ in queries for d in relevant[q]}
     docs = data["corpus"]
     texts = {
-        i: (f"{title} {text}".strip() if title else text)
+        i: (f"{title} {text}".strip() if title else text.strip())  # mteb's _create_dataloaders joins them so
         for i, title, text in zip(docs["id"], docs["title"], docs["text"], strict=True)
     }
     if doc_words is not None:
+        cuts.append(f"documents cut to their first {doc_words} words")
         texts = {i: " ".join(t.split()[:doc_words]) for i, t in texts.items()}
     others = sorted(set(texts) - judged)
     if n_other is not None and n_other < len(others):
         others = rng.sample(others, n_other)
     keep = set(others) | (judged & set(texts))
     corpus = [(i, texts[i]) for i in docs["id"] if i in keep]
+    if len(corpus) < len(texts):
+        cuts.append(f"corpus of {len(corpus):,} of {len(texts):,} documents (every judged one + {len(others)} random)")
     first, second = stats.halves(queries, seed=seed)
-    return RetrievalTask(name, first, second, corpus, relevant, format_instruction(PAPER_TASKS[name]))
+    quick = "; ".join(cuts) or None
+    return RetrievalTask(name, first, second, corpus, relevant, format_instruction(PAPER_TASKS[name]), quick=quick)

@@ -41,6 +41,8 @@ class StudyOptions:
     cls_train: int | None = 1000
     cls_test: int | None = 1000
     cls_validation: int | None = 1000  # MASSIVE validation items to choose on
+    # retrieval: the full corpus and every test query by default (MTEB's setting); any of these three is the
+    # labelled quick mode, whose scores do not compare with MTEB's
     ret_queries: int | None = None  # retrieval test queries, in halves
     ret_other: int | None = None  # unjudged documents kept beside the judged ones
     ret_doc_words: int | None = None  # documents cut to their first N words
@@ -48,6 +50,7 @@ class StudyOptions:
     ner_dev: int = 1000  # the first N dev sentences, in halves
     seed: int = 0
     batch_size: int = 32  # texts per forward pass
+    max_length: int = 512  # tokens per text; longer ones (retrieval documents) keep their beginning
     suggestion: bool = True  # score suggest_spec's spec (or the selection stage's) beside the grid
     progress: bool = True  # a progress bar on stderr for each long encoding pass
     select: int = 0  # the selection stage's sample size; 0: none, the suggestion is suggest_spec's

@@ -35,6 +35,7 @@ def run_template(
     restrict: Mapping[str, Candidate] | None = None,
     report_grid: bool = False,
     show_progress_bar: bool = False,
+    max_length: int = 512,
 ) -> TemplateResult:
     """Choose each config's spec on ``task``'s choosing split, then score the chosen ones on its reporting split.
 
@@ -54,8 +55,9 @@ def run_template(
         report_grid: score every grid candidate on the reporting split too, not only the chosen ones (the
             configs' curves over k, for :func:`curve_comparisons` and :func:`curves_table`).
         show_progress_bar: a bar for each encoding pass of more than 8 batches.
+        max_length: tokens per text; a longer text (a retrieval document) keeps its beginning.
     """
-    cache = EmbeddingCache(encoder, template, task.instruction, batch_size, show_progress_bar=show_progress_bar)
+    cache = EmbeddingCache(encoder, template, task.instruction, batch_size, max_length, show_progress_bar)
     name = template or NO_TEMPLATE
 
     def embed(c: Candidate) -> Callable[[Sequence[str]], np.ndarray]:
@@ -118,6 +120,7 @@ def study_task(
     exit_configs: Sequence[str] = ("F*", "best"),
     report_grid: bool = False,
     show_progress_bar: bool = False,
+    max_length: int = 512,
 ) -> dict[str, Any]:
     """Run :func:`run_template` for each template and write the JSON at ``path`` after each one.
 
@@ -125,7 +128,7 @@ def study_task(
     ``exits`` are tried for the chosen specs of ``exit_configs`` (by default ``F*`` and the better converted
     config), for the templates in ``exit_templates``. ``report_grid`` scores every grid candidate of the templates
     with a grid on the reporting split too (see :func:`run_template`); ``show_progress_bar`` shows a bar per long
-    encoding pass.
+    encoding pass; ``max_length`` cuts each text to that many tokens.
 
     Returns:
         The JSON payload: each template's rows, the overall choice, the paired comparisons, and ``meta``.
@@ -149,6 +152,7 @@ def study_task(
             restrict=restrict,
             report_grid=report_grid,
             show_progress_bar=show_progress_bar,
+            max_length=max_length,
         )
         results.append(result)
         payload["templates"] = [template_row(r) for r in results]
@@ -160,8 +164,18 @@ def study_task(
     return payload
 
 
-def baseline_task(folder: str | Path, task: Task, path: str | Path, meta: Mapping[str, Any] | None = None) -> dict:
-    """A sentence-transformers encoder (no instruction, no template) on ``task``'s reporting split, with its CI."""
+def baseline_task(
+    folder: str | Path,
+    task: Task,
+    path: str | Path,
+    meta: Mapping[str, Any] | None = None,
+    show_progress_bar: bool = False,
+) -> dict:
+    """A sentence-transformers encoder (no instruction, no template) on ``task``'s reporting split, with its CI.
+
+    Texts are cut at the encoder's own ``max_seq_length`` (recorded in the payload); ``show_progress_bar``
+    shows a bar for each encoding pass of more than 8 batches.
+    """
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(folder), device="cpu")
@@ -171,12 +185,14 @@ def baseline_task(folder: str | Path, task: Task, path: str | Path, meta: Mappin
     def vectors(texts: Sequence[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in cache]
         if todo:
-            cache.update(zip(todo, model.encode(todo, batch_size=32, show_progress_bar=False), strict=True))
+            bar = show_progress_bar and len(todo) > 8 * 32
+            cache.update(zip(todo, model.encode(todo, batch_size=32, show_progress_bar=bar), strict=True))
         return np.stack([cache[t] for t in texts])
 
     scored = Scored(Candidate("F*", "F*"), task.choose_score(vectors), task.report_statistic(vectors))
     row = scored.row() | {"family": "trained encoder", "spec": None, "name": Path(folder).name}
     payload = {"task": task.name, "metric": task.metric, "result": row, **(meta or {})}
+    payload["max_seq_length"] = model.max_seq_length
     payload["seconds"] = round(time.perf_counter() - start, 1)
     write_json(Path(path), payload)
     return payload

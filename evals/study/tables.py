@@ -18,6 +18,7 @@ __all__ = [
     "ner_table",
     "report_curves",
     "results_table",
+    "retrieval_setting",
     "selection_table",
 ]
 
@@ -35,10 +36,42 @@ def _cell(spec: str | None) -> str:
     return "`" + (spec or "").replace("|", "\\|") + "`"
 
 
+def retrieval_setting(payload: Mapping[str, Any]) -> str | None:
+    """The retrieval setting a study JSON records: the full corpus (MTEB's) or the quick mode and its cut;
+    ``None`` for a JSON of another task.
+
+    A JSON written before the modes existed says how it was cut (``n_queries``, ``n_other_documents``,
+    ``doc_words``); any cut is the quick mode.
+    """
+    if payload.get("metric") != "ndcg@10":
+        return None
+    data = payload.get("data", {})
+    if "mode" in data:
+        return str(data["corpus"])
+    cuts = []
+    if data.get("n_queries") is not None:
+        cuts.append(f"{data['n_queries']} sampled test queries")
+    if data.get("n_other_documents") is not None:
+        cuts.append(
+            f"corpus of {data['n_documents']:,} documents (every judged one + {data['n_other_documents']} random)"
+        )
+    if data.get("doc_words") is not None:
+        cuts.append(f"documents cut to their first {data['doc_words']} words")
+    if not cuts:
+        return f"full: all {data.get('n_documents', '?'):,} documents, as MTEB scores them"
+    return "QUICK MODE, not comparable with MTEB scores: " + "; ".join(cuts)
+
+
 def results_table(payload: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """A Markdown table of a study JSON: per template and config, the spec chosen, its choosing score, and
-    its reported score with the 95% interval; then the baselines' payloads (``baseline_task``) by name."""
-    lines = [
+    its reported score with the 95% interval; then the baselines' payloads (``baseline_task``) by name.
+
+    A retrieval table opens with its setting (:func:`retrieval_setting`): a quick-mode score never reads
+    as one comparable with MTEB's.
+    """
+    setting = retrieval_setting(payload)
+    lines = [] if setting is None else [f"Corpus: {setting}.", ""]
+    lines += [
         "| template | family | spec (chosen) | choose | report [95% CI] |",
         "|---|---|---|---|---|",
     ]

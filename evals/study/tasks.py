@@ -157,14 +157,18 @@ class RetrievalTask:
     """Retrieval: cosine top-k of the queries over a corpus, nDCG@10 by mteb's own metric code, queries as units.
 
     Queries get ``query_instruction`` (mean pooling without a template), documents none, as in the
-    paper's MTEB protocol. Each query's ranking (its ``top_k`` best documents) goes through mteb's
-    ``calculate_retrieval_scores`` (pytrec_eval), whose per-query nDCG@10 values the bootstrap resamples.
+    paper's MTEB protocol. Each query's ranking (its ``top_k`` best documents by cosine similarity) goes
+    through mteb's ``calculate_retrieval_scores`` (pytrec_eval), whose per-query nDCG@10 values the
+    bootstrap resamples: the mean over all of a data set's test queries is mteb's ``ndcg_at_10``.
 
     Attributes:
         choose: ``(query id, text)`` queries to choose on.
         report: ``(query id, text)`` queries to report on.
         corpus: ``(document id, text)`` documents, searched by both query sets.
         relevant: query id -> {document id: relevance}; every query needs an entry.
+        quick: how the data set was cut (the quick mode: fewer queries, a subsampled corpus, shortened
+            documents), or ``None`` when the corpus is the data set's full corpus, uncut, and the queries
+            are all its test queries: the setting MTEB scores.
     """
 
     name: str
@@ -175,6 +179,8 @@ class RetrievalTask:
     query_instruction: str | None = None
     top_k: int = 100
     metric: str = "ndcg@10"
+    quick: str | None = None
+    query_chunk: int = 256  # queries scored at a time: a (query_chunk, len(corpus)) similarity block
 
     def __post_init__(self) -> None:
         unjudged = [q for q, _ in [*self.choose, *self.report] if q not in self.relevant]
@@ -182,6 +188,11 @@ class RetrievalTask:
             raise ValueError(f"{self.name}: queries without relevance judgements: {unjudged[:5]}")
         if not self.corpus:
             raise ValueError(f"{self.name}: the corpus is empty")
+
+    @property
+    def mode(self) -> str:
+        """``"full"`` (the full corpus and every test query: MTEB's setting) or ``"quick"`` (see ``quick``)."""
+        return "full" if self.quick is None else "quick"
 
     @property
     def instruction(self) -> Callable[[str], str | None]:
@@ -200,16 +211,18 @@ class RetrievalTask:
 
         def unit(x: np.ndarray) -> np.ndarray:
             norm = np.linalg.norm(x, axis=1, keepdims=True)
-            return np.divide(x, norm, out=np.zeros_like(x, dtype=float), where=norm > 0)
+            return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
 
-        q = unit(np.asarray(vectors([t for _, t in queries]), dtype=float))
-        d = unit(np.asarray(vectors([t for _, t in self.corpus]), dtype=float))
-        sims = q @ d.T
+        q = unit(np.asarray(vectors([t for _, t in queries]), dtype=np.float32))
+        d = unit(np.asarray(vectors([t for _, t in self.corpus]), dtype=np.float32))
         k = min(self.top_k, len(self.corpus))
-        results = {}
-        for (qid, _), row in zip(queries, sims, strict=True):
-            top = np.argsort(-row, kind="stable")[:k]
-            results[qid] = {self.corpus[j][0]: float(row[j]) for j in top}
+        results: dict[str, dict[str, float]] = {}
+        for start in range(0, len(queries), self.query_chunk):  # one block of similarities at a time
+            sims = q[start : start + self.query_chunk] @ d.T
+            top = np.argpartition(-sims, k - 1, axis=1)[:, :k] if k < len(self.corpus) else None
+            for i, row in enumerate(sims):
+                idx = np.arange(len(row)) if top is None else top[i]
+                results[queries[start + i][0]] = {self.corpus[j][0]: float(row[j]) for j in idx}
         qrels = {qid: {doc: int(r) for doc, r in self.relevant[qid].items()} for qid, _ in queries}
         scores = calculate_retrieval_scores(results, qrels, [10]).all_scores
         return np.array([scores[qid]["ndcg_cut_10"] for qid, _ in queries])
