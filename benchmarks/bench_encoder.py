@@ -432,6 +432,7 @@ def kernels(args: argparse.Namespace) -> None:
     import torch.nn.functional as F
 
     import nosink.models.attention as attention
+    import nosink.models.varlen as varlen
     from nosink.layerspec import Kind, build_mask
 
     dtype, device = getattr(torch, args.dtype), args.device
@@ -474,12 +475,12 @@ def kernels(args: argparse.Namespace) -> None:
                     print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {pad} | {kind} | {t_fast:.2f} | {t_dense:.2f} "
                           f"| {t_dense / t_fast:.2f} |", flush=True)  # fmt: skip
                 if padding:
-                    found = attention._varlen_function
-                    attention._varlen_function = lambda: None
+                    found = varlen._varlen_function
+                    varlen._varlen_function = lambda: None
                     try:
                         t_mask = clock(attention.attend, q, k, v, attention.Route(Kind("B"), layout))
                     finally:
-                        attention._varlen_function = found
+                        varlen._varlen_function = found
                     print(f"| {heads}/{kv}, {dim} | {seq}x{batch} | {padding:.0%} | B, key-padding mask instead of "
                           f"varlen | {t_mask:.2f} | | |", flush=True)  # fmt: skip
 

@@ -36,11 +36,8 @@ needs no host value per batch, so it can be captured in a CUDA graph (:mod:`nosi
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import logging
-from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +45,18 @@ from einops import rearrange, repeat
 
 from nosink.layerspec import Kind
 
-__all__ = ["Layout", "Packed", "Route", "Segments", "attend", "fast_route", "varlen_ready"]
+from . import varlen
+from .varlen import Segments, varlen_ready
+
+__all__ = [
+    "Layout",
+    "Packed",
+    "Route",
+    "Segments",
+    "attend",
+    "fast_route",
+    "varlen_ready",
+]  # Segments, varlen_ready: from varlen
 
 logger = logging.getLogger(__name__)
 
@@ -243,14 +251,6 @@ class Packed:
         return self._cache[key]
 
 
-class Segments(NamedTuple):
-    """Sequences of a packed stream that attend within themselves: bounds on the device and, off a graph, the host."""
-
-    cu: torch.Tensor  # (S + 1,) int32 bounds; empty segments repeat a bound
-    max_length: int  # bounds every segment's length
-    bounds: list[int] | None  # the same bounds on the host, when known (the per-sequence loop needs them)
-
-
 class Route:
     """How one layer kind attends over one batch: the kind and the batch's :class:`Layout`.
 
@@ -342,112 +342,24 @@ def _attend_packed(
     # Free for the layout the projections give (they make (1, N, H, D) and transpose it).
     q, k, v = (rearrange(x, "1 h n d -> n h d") for x in (query, key, value))
     if kind.sink is None:
-        out = _varlen_rows(q, k, v, packed.rows(), _WINDOWS[kind.direction], scale)
+        out = varlen.attend_segments(q, k, v, packed.rows(), varlen.WINDOWS[kind.direction], scale)
     elif kind.direction == "F":
         # Head places attend only themselves (one-token segments: their own value), the rest causally after them.
-        out = _varlen_rows(q, k, v, packed.split(kind.sink + 1, singles=True), _CAUSAL, scale)
+        out = varlen.attend_segments(q, k, v, packed.split(kind.sink + 1, singles=True), varlen.CAUSAL, scale)
     else:
         # Places after the head attend each other; head places attend every key at or after them in the row.
         head = kind.sink + 1
-        tail = _varlen_rows(q, k, v, packed.split(head), _FULL, scale)
-        if head == 1 and q.shape[0] and _kernel_applies(q):
+        tail = varlen.attend_segments(q, k, v, packed.split(head), varlen.FULL, scale)
+        if head == 1 and q.shape[0] and varlen.kernel_applies(q):
             # M0B: each row's first query attends the whole row: one query a row over the rows' keys, written
             # back in place (empty rows write to a spare row), so long rows pay for no other query twice.
             index, places, firsts = packed.firsts()
-            first = _varlen_kernel(q.index_select(0, index), k, v, packed.rows(), _FULL, scale, queries=firsts)
+            first = varlen.call(q.index_select(0, index), k, v, packed.rows(), varlen.FULL, scale, queries=firsts)
             out = torch.cat([tail, tail[:1]]).index_copy_(0, places, first)[: tail.shape[0]]
         else:
-            first = _varlen_rows(q, k, v, packed.rows(), _LATER, scale)
+            first = varlen.attend_segments(q, k, v, packed.rows(), varlen.LATER, scale)
             out = torch.where(packed.in_head(head), first, tail)
     return out[None]  # (1, N, H, Dv)
-
-
-# Keys each query of a segment attends, as flash attention's (left, right) window: -1 reaches the segment's end.
-_FULL, _CAUSAL, _LATER = (-1, -1), (-1, 0), (0, -1)
-_WINDOWS = {"B": _FULL, "F": _CAUSAL, "R": _LATER}  # R: each query and every key after it (reverse-causal)
-
-
-def _varlen_rows(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    segments: Segments,
-    window: tuple[int, int],
-    scale: float | None,
-) -> torch.Tensor:
-    """Attention within each segment of ``q (N, h, d)``, ``k``/``v (N, hkv, d)`` over ``window``: ``(N, h, dv)``."""
-    if _kernel_applies(q):
-        try:
-            return _varlen_kernel(q, k, v, segments, window, scale)
-        except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
-            if segments.bounds is None:
-                raise
-            logger.warning("variable-length attention failed (%s); using a per-sequence loop from now on", err)
-            _VARLEN_BROKEN.append(err)
-    if segments.bounds is None:
-        raise RuntimeError("a stream without host bounds needs the variable-length kernel (CUDA, 16-bit floats)")
-    # Exact everywhere: one SDPA call per sequence (the CPU path, and float32 on CUDA).
-    out = q.new_empty(q.shape[0], q.shape[1], v.shape[-1])
-    groups = q.shape[1] // k.shape[1]
-    for a, b in itertools.pairwise(segments.bounds):
-        if b - a == 1:  # one token attends only itself: its own value
-            out[a] = repeat(v[a], "hkv d -> (hkv g) d", g=groups)
-        elif b > a:
-            qs, ks, vs = (rearrange(x[a:b], "t h d -> 1 h t d") for x in (q, k, v))
-            later = window == _LATER
-            if later:  # reverse-causal: causal over the reversed segment
-                qs, ks, vs = qs.flip(2), ks.flip(2), vs.flip(2)
-            res = F.scaled_dot_product_attention(
-                qs, ks, vs, is_causal=window != _FULL, scale=scale, enable_gqa=groups > 1
-            )
-            out[a:b] = rearrange(res.flip(2) if later else res, "1 h t d -> t h d")
-    return out
-
-
-def _varlen_kernel(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    segments: Segments,
-    window: tuple[int, int],
-    scale: float | None,
-    queries: Segments | None = None,
-) -> torch.Tensor:
-    # `queries`: the queries' own segments (each of `segments`' key segments), when they are not the keys' own.
-    fn, params = _varlen()  # type: ignore[misc]
-    queries = segments if queries is None else queries
-    kwargs: dict[str, Any] = {}
-    if window != _FULL:
-        if "window_size" in params:  # torch >= 2.11: causal is a window reaching no key to the right
-            kwargs["window_size"] = window
-        elif "is_causal" in params and window == _CAUSAL:
-            kwargs["is_causal"] = True
-        else:
-            raise TypeError(f"this torch's varlen_attn takes no window_size (needed for the window {window})")
-    if scale is not None:
-        if "scale" in params:
-            kwargs["scale"] = scale
-        else:
-            q = q * (scale * q.shape[-1] ** 0.5)
-    longest, most = max(segments.max_length, 1), max(queries.max_length, 1)
-    heads = q.shape[1]
-    if heads != k.shape[1]:
-        if "enable_gqa" in params:
-            kwargs["enable_gqa"] = True
-        elif _NATIVE_GQA:
-            # torch 2.11's varlen_attn has no enable_gqa, but its flash kernel takes fewer key/value heads
-            # as they are (on an H100: the same output as repeated heads, to the bit); a build that refuses
-            # them is asked with repeated heads from then on.
-            try:
-                return fn(q, k, v, queries.cu, segments.cu, most, longest, **kwargs)
-            except RuntimeError:
-                _NATIVE_GQA.clear()
-        if "enable_gqa" not in kwargs:
-            k, v = (repeat(x, "n hkv d -> n (hkv g) d", g=heads // x.shape[1]) for x in (k, v))
-    return fn(q, k, v, queries.cu, segments.cu, most, longest, **kwargs)
-
-
-_NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value heads than query heads
 
 
 def _route(
@@ -534,12 +446,12 @@ def _full(
     gqa = query.shape[1] != key.shape[1]
     if not layout.padded:
         return F.scaled_dot_product_attention(query, key, value, scale=scale, enable_gqa=gqa)
-    if query.is_cuda and query.dtype in _VARLEN_DTYPES and not keys_only and _varlen() is not None:
+    if query.is_cuda and query.dtype in varlen.DTYPES and not keys_only and varlen.function() is not None:
         try:
             return _full_varlen(query, key, value, layout, start, scale)
         except (RuntimeError, TypeError) as err:  # a torch build whose varlen kernel refuses these inputs
             logger.warning("variable-length attention failed (%s); using a key-padding mask from now on", err)
-            _VARLEN_BROKEN.append(err)
+            varlen.BROKEN.append(err)
     kpos = torch.arange(key.shape[2], device=key.device)
     mask = (kpos[None, :] < (layout.lengths - start)[:, None])[:, None, None]  # (B, 1, 1, Tk)
     return _masked(query, key, value, mask, scale)
@@ -561,7 +473,7 @@ def _masked(
 def _full_varlen(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: Layout, start: int, scale: float | None
 ) -> torch.Tensor:
-    fn, params = _varlen()  # type: ignore[misc]
+    fn, params = varlen.function()  # type: ignore[misc]
     b, h, _, d = query.shape
     flat, cu, longest = layout.varlen(start)
     q, k, v = (rearrange(x, "b h t d -> (b t) h d")[flat] for x in (query, key, value))  # real tokens only
@@ -579,30 +491,3 @@ def _full_varlen(
     attended = fn(q, k, v, cu, cu, longest, longest, **kwargs)  # (N, h, d)
     out = attended.new_zeros(b * query.shape[2], h, value.shape[-1]).index_copy_(0, flat, attended)
     return rearrange(out, "(b t) h d -> b h t d", b=b)
-
-
-_VARLEN_BROKEN: list[Exception] = []
-_VARLEN_DTYPES = (torch.float16, torch.bfloat16)  # the flash kernel behind varlen_attn takes these only
-
-
-def varlen_ready(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether packed streams on ``device`` in ``dtype`` run on the variable-length flash kernel (none broke)."""
-    return device.type == "cuda" and dtype in _VARLEN_DTYPES and _varlen() is not None
-
-
-def _kernel_applies(q: torch.Tensor) -> bool:
-    # Whether the variable-length flash kernel takes these queries (CUDA, 16-bit floats, a torch that has it).
-    return varlen_ready(q.device, q.dtype)
-
-
-def _varlen() -> tuple[Any, frozenset[str]] | None:
-    return None if _VARLEN_BROKEN else _varlen_function()
-
-
-@cache
-def _varlen_function() -> tuple[Any, frozenset[str]] | None:
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return None
-    return varlen_attn, frozenset(inspect.signature(varlen_attn).parameters)

@@ -22,7 +22,7 @@ from strategies import specs_with_depth
 from test_fast_attention import KINDS, TOL, padding, qkv, reference
 from tiny import CONFIGS, tiny_decoder, tiny_tokenizer
 
-import nosink.models.attention as attention
+import nosink.models.varlen as varlen
 from nosink import EncoderFromDecoder
 from nosink.layerspec import Kind
 from nosink.models.attention import Packed, Route, attend, fast_route
@@ -251,21 +251,21 @@ def test_the_varlen_kernel_call_takes_fewer_key_heads_or_repeats_them(monkeypatc
         calls.append(k.shape[1])
         if refuse and k.shape[1] != q.shape[1]:
             raise RuntimeError("number of heads in key/value must equal the query's")
-        segments = attention.Segments(cu_q, max_q, cu_q.tolist())
-        return attention._varlen_rows(q, k, v, segments, tuple(window_size), scale)
+        segments = varlen.Segments(cu_q, max_q, cu_q.tolist())
+        return varlen.attend_segments(q, k, v, segments, tuple(window_size), scale)
 
     params = frozenset({"scale", "window_size"})
     q, k, v = (x[0].transpose(0, 1) for x in qkv(1, 12, heads=4, kv_heads=2))  # (N, h, d)
     packed = Packed(torch.ones(1, 12, dtype=torch.long))
-    want = attention._varlen_rows(q, k, v, packed.rows(), (-1, 0), 0.5)
+    want = varlen.attend_segments(q, k, v, packed.rows(), (-1, 0), 0.5)
     for refuse, expected in ((False, [2]), (True, [2, 4])):
-        monkeypatch.setattr(attention, "_NATIVE_GQA", [True])
+        monkeypatch.setattr(varlen, "NATIVE_GQA", [True])
         stand_in = functools.partial(kernel, refuse=refuse)
-        monkeypatch.setattr(attention, "_varlen", lambda stand_in=stand_in: (stand_in, params))
+        monkeypatch.setattr(varlen, "function", lambda stand_in=stand_in: (stand_in, params))
         calls.clear()
-        got = attention._varlen_kernel(q, k, v, packed.rows(), (-1, 0), 0.5)
+        got = varlen.call(q, k, v, packed.rows(), (-1, 0), 0.5)
         torch.testing.assert_close(got, want, atol=TOL, rtol=0)
-        assert calls == expected and attention._NATIVE_GQA == ([] if refuse else [True])
+        assert calls == expected and varlen.NATIVE_GQA == ([] if refuse else [True])
 
 
 @settings(deadline=None, max_examples=40)
@@ -335,9 +335,9 @@ def test_a_stream_from_device_bounds_runs_every_kind_on_the_kernel(kind, lengths
     # segmentations computed on the device, every kind through the variable-length kernel's windows (a
     # stand-in written from the kernel's definition), with max_length only an upper bound. Equals the dense mask.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attention, "_kernel_applies", lambda q: True)
-        patch.setattr(attention, "_varlen", lambda: (windowed_kernel, frozenset({"scale", "window_size"})))
-        patch.setattr(attention, "_NATIVE_GQA", [True])
+        patch.setattr(varlen, "kernel_applies", lambda q: True)
+        patch.setattr(varlen, "function", lambda: (windowed_kernel, frozenset({"scale", "window_size"})))
+        patch.setattr(varlen, "NATIVE_GQA", [True])
         check_stream(kind, lengths, side, slack)
 
 
