@@ -400,7 +400,7 @@ class EncoderFromDecoder(nn.Module):
 
     def _graphs_apply(self, device: torch.device, longest: int) -> bool:
         # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see
-        # _packs). Long rows keep the GPU busy on their own: there graphs save nothing, and forcing an unpadded
+        # batch.packs). Long rows keep the GPU busy on their own: there graphs save nothing, and forcing an unpadded
         # batch of them to pack was slower (benchmarks/results/texts-gpu-h200/README.md).
         return (
             self.cuda_graphs
