@@ -88,8 +88,9 @@ class EncoderFromDecoder(nn.Module):
         cuda_graphs: replay packed batches through CUDA graphs of the whole layer loop (:mod:`nosink.models.graphs`):
             one launch per batch instead of one per kernel, the same results to rounding. ``True`` (default):
             wherever it applies: on the fast path on CUDA in float16 or bfloat16, not compiled, for batches of
-            rows up to 1,024 tokens (these then run packed, unless ``pack_padding=False``); a shape is captured
-            at its second batch. ``False``: never.
+            rows up to 1,024 tokens (these then run packed, unless ``pack_padding=False``), under ``torch.no_grad``
+            or ``inference_mode`` (as in :meth:`encode`); a shape is captured at its second batch, and moved or cast
+            weights get graphs of their own. ``False``: never.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts
@@ -136,6 +137,7 @@ class EncoderFromDecoder(nn.Module):
             raise TypeError(f"cuda_graphs must be True or False, got {printable(repr(cuda_graphs))}")
         self.cuda_graphs = cuda_graphs
         self._graphs: LayerGraphs | None = None  # made at the first batch that can use them
+        self._graphs_owner: tuple[Any, ...] | None = None  # the weights they were captured with (see _replay)
         if compile is not False:
             self.parts.compile_layers({} if compile is True else compile)
         self.eval()
@@ -380,8 +382,15 @@ class EncoderFromDecoder(nn.Module):
         packed, device = batch.packed, batch.position_ids.device
         if packed is None or packed.lengths is None or not self._graphs_apply(device, packed.max_length):
             return None
-        if self._graphs is None:
-            self._graphs = LayerGraphs(device)
+        if torch.is_grad_enabled():  # a replay records no autograd graph: only under no_grad or inference_mode
+            return None
+        # Graphs hold the addresses of the weights they were captured with: moved or cast weights (.to(), .half())
+        # get graphs of their own, never stale ones.
+        weights = self.parts.embed_tokens.weight
+        top = next(self.parts.layers[-1].parameters())
+        owner = (device, weights.dtype, weights.data_ptr(), top.data_ptr())
+        if self._graphs is None or self._graphs_owner != owner:
+            self._graphs, self._graphs_owner = LayerGraphs(device), owner
 
         def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
             # The function captured: the layer loop over a stream of the graph's own inputs.

@@ -165,3 +165,34 @@ def test_past_the_limit_new_buckets_run_as_they_are():
                 close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
     assert [bucket.longest for _, bucket in graphs._graphs.graphs] == [16, 64]
     assert graphs._graphs.replays == 2
+
+
+def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(monkeypatch):
+    # Off CUDA, with the graphs themselves replaced by a recorder: which batches reach them, and when the encoder
+    # makes new ones (graphs hold the weights' addresses: moved or cast weights must never replay stale ones).
+    import nosink.models.encoder as module
+
+    made = []
+
+    class Recorder:
+        def __init__(self, device):
+            made.append(self)
+            self.batches = 0
+
+        def run(self, key, lengths, ids, body, take, window=None):
+            self.batches += 1
+            return None  # "run it as it is"
+
+    monkeypatch.setattr(module, "LayerGraphs", Recorder)
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", fast_attention=True)
+    monkeypatch.setattr(encoder, "_graphs_apply", lambda device, longest: True)
+    ids, mask = torch.randint(3, 96, (2, 9)), torch.ones(2, 9, dtype=torch.long)
+    encoder(ids, mask)  # grad enabled: no replay
+    assert made == []
+    with torch.no_grad():
+        encoder(ids, mask)
+        encoder(ids, mask)
+        assert len(made) == 1 and made[0].batches == 2
+        encoder.double()  # new storage for every weight
+        encoder(ids, mask)
+    assert len(made) == 2 and made[1].batches == 1
