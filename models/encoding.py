@@ -12,19 +12,21 @@ import math
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from nosink.checks import positive_int, printable
-from nosink.layerspec import Plan
+from nosink.layerspec import Plan, Spec
 
 from . import batching as _batching
 from . import texts as _texts
-from .pooling import POOLINGS, Pooling
+from .batch import HostBatch
+from .pooling import POOLINGS, Pooling, pool
 from .templates import as_template
+from .texts import Template
 
 if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
@@ -204,3 +206,222 @@ def encode_texts(
     if opts.normalize_embeddings:
         sums = torch.nn.functional.normalize(sums, dim=-1)  # a zero vector stays zero
     return {plan.name: opts.convert(sums[k], single, False) for k, plan in enumerate(plans)}
+
+
+class TextEncoding:
+    """Texts in, vectors out: the methods of :class:`~nosink.models.encoder.EncoderFromDecoder` that take texts.
+
+    A mixin of the encoder (its layer loop is in ``models/encoder.py``); these methods tokenize, batch, run
+    the batches through the encoder's plans and pool, with this module's pipeline.
+    """
+
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        instruction: str | None = None,
+        *,
+        pooling: Pooling = "mean",
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        output_value: Literal["sentence_embedding", "token_embeddings"] = "sentence_embedding",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        normalize_embeddings: bool = False,
+        max_length: int = 512,
+        padding_side: Literal["right", "left"] = "right",
+        template: Template | str | None = None,
+    ) -> Any:
+        """Embed texts, sentence-transformers style.
+
+        Each input is ``[sink token] + instruction + text`` (see ``sink_token``); pooling uses the
+        text tokens only, never the instruction or the sink token (the paper's protocol).
+        Texts are sorted by length and batched; results come back in input order and, in float32,
+        do not depend on the batch size, the padding side or the other texts in a batch (to about
+        1e-5; in bfloat16, differently padded shapes can differ by the dtype's rounding).
+
+        On CUDA the texts are tokenized in chunks while the GPU runs the chunks before, and vectors come back a
+        few batches after their launch (:mod:`nosink.models.encoding`; the GPU guide says more).
+
+        A text without tokens (``""``, or only characters the tokenizer drops) gets a zero vector, also
+        with ``normalize_embeddings=True`` (and a ``(0, D)`` array of token embeddings); each call that
+        meets such texts emits one ``UserWarning`` saying how many there were and the first few indices.
+        Texts longer than ``max_length`` lose their last tokens, and each call that cuts any emits one
+        ``UserWarning`` saying how many.
+
+        Args:
+            sentences: one text, or a list (tuple, numpy array, ...) of texts.
+            instruction: a prompt to put before every text, e.g. ``"Instruct: ...\\nQuery: "``.
+            pooling: ``mean`` (default), ``weighted_mean``, ``last`` or ``first``.
+            batch_size: texts per forward pass.
+            show_progress_bar: a tqdm bar; by default only when there are more than 8 batches.
+            output_value: ``sentence_embedding`` (one vector per text) or ``token_embeddings``
+                (per text, a ``(n_text_tokens, D)`` array of its text tokens' states).
+            convert_to_numpy: return numpy (float32) rather than torch.
+            convert_to_tensor: return torch rather than numpy (wins over ``convert_to_numpy``): one
+                stacked tensor of sentence embeddings, or a list of tensors of token embeddings.
+            normalize_embeddings: L2-normalise sentence embeddings.
+            max_length: at most this many tokens per input, the sink token and the instruction
+                included; longer texts are truncated (with a warning).
+            padding_side: ``right`` (default) or ``left``; the result is the same.
+            template: a prompt around each text (:class:`~nosink.models.texts.Template`, or a preset's name
+                from :mod:`nosink.models.templates`: ``"PromptEOL"``, ``"MetaEOL"``, ``"Echo"``, ...). The
+                input becomes ``[sink token] + instruction + prompt``, and pooling reads the prompt's last
+                token or one copy of the text, as the template says; a template of several prompts gives
+                the mean of their vectors (normalised after averaging). Truncation cuts the text, never
+                the prompt.
+
+        Raises:
+            TypeError: if ``sentences`` is neither a string nor an iterable of strings (``None``, bytes).
+            ValueError: for a missing tokenizer, bad arguments, an item of ``sentences`` that is not a
+                string, or an instruction that leaves a text no room within ``max_length`` (the
+                instruction is counted as tokenized together with each text).
+        """
+        return self.encode_specs(
+            [self.plan],
+            sentences,
+            instruction,
+            pooling=pooling,
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
+            output_value=output_value,
+            convert_to_numpy=convert_to_numpy,
+            convert_to_tensor=convert_to_tensor,
+            normalize_embeddings=normalize_embeddings,
+            max_length=max_length,
+            padding_side=padding_side,
+            template=template,
+        )[self.plan.name]
+
+    def encode_specs(
+        self,
+        specs: Sequence[str | Spec | Plan],
+        sentences: str | Sequence[str],
+        instruction: str | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """:meth:`encode` under several specs at once, running their shared lower layers once per batch.
+
+        For a sweep such as ``F* | M0B*k`` for k = 1..n, the forward layers below the lowest
+        converted one run once per batch instead of once per spec.
+
+        Args:
+            specs: the specs to encode with (this encoder's own spec need not be among them), or plans
+                from :meth:`plan_for`, e.g. one spec at several exits:
+                ``[encoder.plan_for(spec, exit_layer=m) for m in (8, 12, 16)]``. Specs exit where this
+                encoder does (``exit_layer``).
+            sentences: one text or a list of texts.
+            instruction: as for :meth:`encode`.
+            **kwargs: any other argument of :meth:`encode`.
+
+        Returns:
+            ``{plan name: what encode() would return with that spec}``: the canonical spec string, with
+            ``" @ exit m"`` after it for a plan that exits early (:attr:`Plan.name`).
+
+        Raises:
+            SpecError: if a spec does not fit this decoder.
+            TypeError: if ``specs`` is one spec rather than a list of them, or as for :meth:`encode`.
+            ValueError: as for :meth:`encode`.
+        """
+        if isinstance(specs, (str, Spec, Plan)):
+            raise TypeError(
+                f"specs must be a list of specs, got one {type(specs).__name__} ({printable(str(specs))!r}): "
+                "write encode_specs([spec], ...), or use encode() for the encoder's own spec"
+            )
+        if not specs:
+            raise ValueError("encode_specs() needs at least one spec")
+        opts = EncodeOptions.of(kwargs, "encode_specs()")
+        if self.tokenizer is None:
+            raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
+        opts.check()
+        plans = list({plan.name: plan for plan in map(self.plan_for, specs)}.values())  # a repeated spec runs once
+        device = self.parts.embed_tokens.weight.device
+        return encode_texts(self, plans, sentences, instruction, opts, self._tokenizes_in_chunks(device))
+
+    def _tokenizes_in_chunks(self, device: torch.device) -> bool:
+        # Whether encode() overlaps tokenizing with the forward (see encode_specs); tests force it on the CPU.
+        return device.type == "cuda" and self.fast_attention is not False and self.pack_padding is not False
+
+    def encode_tokens(
+        self,
+        tokens: _texts.Tokenized,
+        rows: Sequence[int] | None = None,
+        *,
+        specs: Sequence[str | Spec | Plan] | None = None,
+        pooling: Pooling = "mean",
+        padding_side: Literal["right", "left"] = "right",
+        token_embeddings: bool = False,
+    ) -> dict[str, Any]:
+        """One batch of already tokenized inputs, run under each spec and pooled over their text tokens.
+
+        The step of :meth:`encode_specs` after tokenizing: ``rows`` of ``tokens`` (from
+        :func:`nosink.models.texts.tokenize`; all of them by default) are padded into one batch, run
+        (the specs sharing their lower layers) and pooled, never over the sink token or the prompt.
+        A caller that tokenizes on its own (a server checking request sizes, say) runs its batches here
+        and gets what :meth:`encode` would, before normalisation.
+
+        Args:
+            tokens: the tokenized inputs.
+            rows: which of them form the batch, in the order of the result's rows.
+            specs: the specs or compiled plans (:meth:`plan_for`); this encoder's own by default.
+            pooling: as for :meth:`encode`.
+            padding_side: ``right`` or ``left``; the result is the same.
+            token_embeddings: per row, the ``(n_text_tokens, D)`` states of its text tokens instead of a vector.
+
+        Returns:
+            ``{plan name: (B, D) float32 tensor on the CPU}``, or per plan a list of ``B`` token-state tensors.
+        """
+        rows = range(len(tokens)) if rows is None else rows
+        plans = [self.plan] if specs is None else [self.plan_for(spec) for spec in specs]
+        plans = list({plan.name: plan for plan in plans}.values())
+        batch = [(tokens, rows, None)]
+        (done,) = pooled_batches(
+            self, batch, plans, pooling=pooling, padding_side=padding_side, token_embeddings=token_embeddings
+        )
+        if done.counts is None:
+            return {plan.name: done.vectors[k] for k, plan in enumerate(plans)}
+        return {plan.name: list(done.vectors[k].split(done.counts)) for k, plan in enumerate(plans)}
+
+    def encode_batch(
+        self,
+        tokens: _texts.Tokenized,
+        rows: Sequence[int],
+        plans: Sequence[Plan],
+        pooling: Pooling,
+        padding_side: str,
+        token_embeddings: bool,
+    ) -> tuple[torch.Tensor, list[int] | None]:
+        """One batch of ``tokens`` (its ``rows``), pooled under each plan and left on the device, nothing waited for.
+
+        Returns ``(plans, B, D)`` float32 vectors and ``None``, or with ``token_embeddings`` the ``(plans, n, D)``
+        states of the batch's ``n`` text tokens, row after row, and each row's count of them. On CUDA the
+        batch is built on the host in pinned memory and what the layout needs is read there: the device work
+        is only queued. :func:`nosink.models.encoding.pooled_batches` brings the results to the host.
+        """
+        device = self.parts.embed_tokens.weight.device
+        pinned = device.type == "cuda"
+        ids, attn, text_mask = _batching.pad(
+            tokens, rows, _batching.pad_id(self.tokenizer), padding_side, pin_memory=pinned
+        )  # (B, T) each, on the host
+        lengths = attn.sum(-1).tolist()
+        front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix
+        with torch.inference_mode():
+            batch = self._prepare(ids, attn, plans=plans, host=HostBatch(lengths, front), embed=False)
+            out = self._run_plans(list(plans), batch)
+            if token_embeddings:
+                flat = text_mask.flatten().nonzero().squeeze(1)  # (n,) text tokens of (B * T), row after row
+                flat = flat.pin_memory() if pinned else flat
+                flat = flat.to(device, non_blocking=True)
+                counts = text_mask.sum(-1).tolist()
+                states = [out[plan.name].flatten(0, 1).index_select(0, flat).float() for plan in plans]
+                return torch.stack(states), counts
+            mask = text_mask.to(device, non_blocking=True)
+            return torch.stack([pool(out[plan.name], mask, pooling).float() for plan in plans]), None
+
+    def sink_ids(self) -> list[int]:
+        """The token ids put before every instruction and text (see ``sink_token``).
+
+        Raises:
+            TypeError: if ``sink_token`` is not a string.
+            ValueError: if ``sink_token`` names no token of the tokenizer.
+        """
+        return _texts.sink_ids(self.tokenizer, self.sink_token)
