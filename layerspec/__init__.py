@@ -11,7 +11,7 @@ from .errors import SpecError
 from .grammar import as_spec, parse_spec
 from .items import Block, Kind, Segment
 from .masks import additive_mask, build_mask, predicate, relative_positions
-from .plan import MAIN, Fork, LayerStep, Merge, Plan, Step, resolve
+from .plan import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Step, check_prepend, resolve
 from .spec import Spec
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "LayerStep",
     "Merge",
     "Plan",
+    "Prepend",
     "Segment",
     "Spec",
     "SpecError",
@@ -29,6 +30,7 @@ __all__ = [
     "additive_mask",
     "as_spec",
     "build_mask",
+    "check_prepend",
     "parse_spec",
     "predicate",
     "presets",

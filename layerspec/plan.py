@@ -7,6 +7,8 @@ A plan is what the encoder's forward loop reads: a tuple of steps over named str
   stock sliding ``window`` when the step has one.
 - :class:`Fork`: ``target`` becomes a copy of ``source`` (a branch starts).
 - :class:`Merge`: ``target += source``; ``source`` is no longer needed.
+- :class:`Prepend`: Token Prepending: before layer ``layer`` runs on the main stream, each row's
+  placeholder (its second token) takes the state of the row's last token.
 
 >>> from nosink.layerspec import parse_spec
 >>> print(resolve(parse_spec("F* | INTER(R*2)"), 4).table())
@@ -34,6 +36,19 @@ step  stream  layer  kind  role
    1  main        1  M0B   stack
    2  main        2  M0B   stack
 
+With ``prepend`` (Token Prepending, Fu et al. 2024, arXiv:2412.11556) a :class:`Prepend` step comes before
+each of the main stack's layers ``start..stop-1``: ``prepend=2`` (layers 1 and 2, the authors' start) on
+``F*`` for 4 layers:
+
+>>> print(resolve(parse_spec("F*"), 4, prepend=2).table())
+step  stream  layer  kind  role
+   0  main        0  F     stack
+   1  prepend main before layer 1
+   2  main        1  F     stack
+   3  prepend main before layer 2
+   4  main        2  F     stack
+   5  main        3  F     stack
+
 Limits, checked before anything proportional to them is built: a depth of at most :data:`MAX_DEPTH`
 (4096) layers, and at most :data:`STEPS_PER_LAYER` (32) steps per layer of the model in all (forks and
 merges included), so ``EXTEND`` and ``EXTRA`` cannot turn a small spec into a huge loop.
@@ -53,7 +68,20 @@ from .items import Block, Kind, Segment
 if TYPE_CHECKING:
     from .spec import Spec
 
-__all__ = ["MAIN", "MAX_DEPTH", "STEPS_PER_LAYER", "Fork", "LayerStep", "Merge", "Plan", "Role", "Step", "resolve"]
+__all__ = [
+    "MAIN",
+    "MAX_DEPTH",
+    "STEPS_PER_LAYER",
+    "Fork",
+    "LayerStep",
+    "Merge",
+    "Plan",
+    "Prepend",
+    "Role",
+    "Step",
+    "check_prepend",
+    "resolve",
+]
 
 MAIN = "main"  # the stream that starts as the embeddings and reaches the final norm
 MAX_DEPTH = 4096  # far above any released decoder (hundreds of layers); a typo'd config fails fast
@@ -96,7 +124,20 @@ class Merge:
     target: str
 
 
-Step = LayerStep | Fork | Merge
+@dataclass(frozen=True)
+class Prepend:
+    """Token Prepending before layer ``layer``: each row's placeholder takes its last token's state on ``stream``.
+
+    The placeholder is each row's second token (the one right after the sink token), the last token the
+    row's last real one (the state a last-token or prompt-based embedding reads): under causal attention
+    every later token then sees a summary of the whole input in the layer that follows.
+    """
+
+    layer: int
+    stream: str = MAIN
+
+
+Step = LayerStep | Fork | Merge | Prepend
 
 
 @dataclass(frozen=True)
@@ -113,16 +154,23 @@ class Plan:
     steps: tuple[Step, ...]
     windows: tuple[int | None, ...] | None = None  # the per-layer windows it was resolved with
     exit_layer: int | None = None  # the main stream is read after this many layers; None: after all of them
+    prepend: tuple[int, int] | None = None  # Token Prepending before layers start..stop-1; None: none
 
     @property
     def name(self) -> str:
-        """What results are filed under: the canonical spec, and ``@ exit <m>`` for an early exit.
+        """What results are filed under: the canonical spec, ``@ exit <m>`` for an early exit and
+        ``@ prepend <a>..<b>`` for Token Prepending before layers ``a`` to ``b``.
 
         >>> from nosink.layerspec import parse_spec
         >>> parse_spec("F* | B*2").resolve(6, exit_layer=4).name
         'F* | B*2 @ exit 4'
+        >>> parse_spec("F*").resolve(6, prepend=3).name
+        'F* @ prepend 1..3'
         """
-        return str(self.spec) if self.exit_layer is None else f"{self.spec} @ exit {self.exit_layer}"
+        name = str(self.spec) if self.exit_layer is None else f"{self.spec} @ exit {self.exit_layer}"
+        if self.prepend is not None:
+            name += f" @ prepend {self.prepend[0]}..{self.prepend[1] - 1}"
+        return name
 
     @property
     def layers(self) -> int:
@@ -150,14 +198,62 @@ class Plan:
                 if windowed:
                     row = f"{row:<32}  {'-' if s.window is None else s.window}"
                 rows.append(row)
+            elif isinstance(s, Prepend):
+                rows.append(f"{i:>4}  prepend {s.stream} before layer {s.layer}")
             else:
                 op = "fork" if isinstance(s, Fork) else "merge"
                 rows.append(f"{i:>4}  {op:<7} {s.source} -> {s.target}")
         return "\n".join(rows)
 
 
+def check_prepend(prepend: object, layers: int) -> tuple[int, int] | None:
+    """``prepend`` as ``(start, stop)``: Token Prepending before layers ``start`` to ``stop - 1`` of ``layers``.
+
+    An integer ``k`` means layers ``1..k`` (``(1, k + 1)``: the first layer reads the placeholder as it
+    enters, as in the authors' code, whose LLaMA-2-7B setting is ``k = 6``); a pair ``(start, stop)`` is
+    taken as it is, ``0 <= start < stop <= layers``; ``None`` and ``0`` mean no prepending.
+
+    >>> check_prepend(6, 24), check_prepend((0, 3), 24), check_prepend(None, 24)
+    ((1, 7), (0, 3), None)
+
+    Raises:
+        ValueError: for a depth or range that does not fit the ``layers`` the plan runs.
+        TypeError: for anything but ``None``, an integer or a pair of integers.
+    """
+    if prepend is None or (isinstance(prepend, int) and not isinstance(prepend, bool) and prepend == 0):
+        return None
+    if isinstance(prepend, int) and not isinstance(prepend, bool):
+        if prepend < 0 or prepend + 1 > layers:
+            raise ValueError(
+                f"prepend={prepend} asks for Token Prepending before layers 1 to {prepend}, but the plan runs "
+                f"{layers} layers (0 to {layers - 1}): give 1 to {layers - 1}"
+            )
+        return (1, prepend + 1)
+    if (
+        isinstance(prepend, (tuple, list))
+        and len(prepend) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in prepend)
+    ):
+        start, stop = prepend
+        if not 0 <= start < stop <= layers:
+            raise ValueError(
+                f"prepend=({start}, {stop}) must be layers start..stop-1 with 0 <= start < stop <= {layers} "
+                "(the layers the plan runs)"
+            )
+        return (start, stop)
+    raise TypeError(
+        "prepend must be None, a number of layers k (prepend before layers 1..k) or a pair (start, stop), "
+        f"got {type(prepend).__name__}"
+    )
+
+
 def resolve(
-    spec: Spec, depth: int, windows: Sequence[int | None] | None = None, *, exit_layer: int | None = None
+    spec: Spec,
+    depth: int,
+    windows: Sequence[int | None] | None = None,
+    *,
+    exit_layer: int | None = None,
+    prepend: int | tuple[int, int] | None = None,
 ) -> Plan:
     """Resolve ``spec`` for a decoder with ``depth`` layers.
 
@@ -170,6 +266,8 @@ def resolve(
             resolved against those layers only (its counts add up to ``exit_layer``, a fill segment fills
             up to it, ``EXTEND`` reuses layer ``exit_layer - 1``) and the layers above never run.
             ``None`` (default): all ``depth`` layers.
+        prepend: Token Prepending (see :func:`check_prepend`): a :class:`Prepend` step before each of the
+            main stack's layers in the range. ``None`` (default): none.
 
     Returns:
         The :class:`Plan`: which layer runs, with which kind and window, in which stream.
@@ -178,9 +276,12 @@ def resolve(
         SpecError: if ``depth`` is not an integer from 1 to :data:`MAX_DEPTH`, the spec's positions do
             not add up to ``depth`` (or exceed it, with a fill segment), an EXTRA branch is deeper than
             the model, or the plan would take more than :data:`STEPS_PER_LAYER` steps per layer.
-        ValueError: if ``windows`` does not hold ``depth`` positive integers or ``None``, or ``exit_layer``
-            is not an integer from 1 to ``depth``.
+        ValueError: if ``windows`` does not hold ``depth`` positive integers or ``None``, ``exit_layer``
+            is not an integer from 1 to ``depth``, or ``prepend`` does not fit the layers the plan runs.
     """
+    if prepend is not None:
+        plan = resolve(spec, depth, windows, exit_layer=exit_layer)
+        return _prepended(plan, check_prepend(prepend, plan.layers))
     try:
         positive_int(depth, "model depth")
     except ValueError as err:
@@ -285,6 +386,18 @@ def resolve(
             steps.extend(step(depth - 1, kind, MAIN, "extend") for kind in expand(item.segments))
     steps.extend(Merge(f"extra{e}", MAIN) for e in range(len(extras)))
     return Plan(spec, depth, tuple(steps), windows)
+
+
+def _prepended(plan: Plan, prepend: tuple[int, int] | None) -> Plan:
+    # A Prepend step before the main stack's step of each layer in the range.
+    if prepend is None:
+        return plan
+    steps: list[Step] = []
+    for s in plan.steps:
+        if isinstance(s, LayerStep) and s.stream == MAIN and s.role == "stack" and prepend[0] <= s.layer < prepend[1]:
+            steps.append(Prepend(s.layer))
+        steps.append(s)
+    return Plan(plan.spec, plan.depth, tuple(steps), plan.windows, plan.exit_layer, prepend)
 
 
 def _is_extra_or_extend(item: Segment | Block) -> bool:

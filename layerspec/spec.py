@@ -49,7 +49,12 @@ class Spec:
         return f"Spec({self.items!r})"
 
     def resolve(
-        self, depth: int, windows: Sequence[int | None] | None = None, *, exit_layer: int | None = None
+        self,
+        depth: int,
+        windows: Sequence[int | None] | None = None,
+        *,
+        exit_layer: int | None = None,
+        prepend: int | tuple[int, int] | None = None,
     ) -> plan.Plan:
         """Compile this spec for a decoder of ``depth`` layers; see :func:`~nosink.layerspec.plan.resolve`.
 
@@ -57,9 +62,9 @@ class Spec:
             SpecError: if the spec does not fit ``depth`` (or the first ``exit_layer`` layers), or its plan
                 would be too large.
             ValueError: if ``windows`` does not give one window (or ``None``) per layer, or ``exit_layer``
-                is not from 1 to ``depth``.
+                is not from 1 to ``depth``, or ``prepend`` does not fit the layers the plan runs.
         """
-        return plan.resolve(self, depth, windows, exit_layer=exit_layer)
+        return plan.resolve(self, depth, windows, exit_layer=exit_layer, prepend=prepend)
 
     @property
     def segments(self) -> tuple[Segment, ...]:

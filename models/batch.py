@@ -25,8 +25,20 @@ from .attention import Layout, Packed, Route, fast_route
 if TYPE_CHECKING:
     from .families import DecoderParts
 
-__all__ = ["PACK_MIN_PADDING", "Batch", "HostBatch", "dense_mask", "packs", "prepare", "route_of"]
+__all__ = [
+    "PACK_MIN_PADDING",
+    "PLACEHOLDER_POSITION",
+    "Batch",
+    "HostBatch",
+    "dense_mask",
+    "packs",
+    "prepare",
+    "prepended",
+    "route_of",
+]
 
+# Token Prepending's placeholder is each row's token at this position: the one right after the sink token.
+PLACEHOLDER_POSITION = 1
 # The default pack_padding=None packs a batch on the fast path when at least this share of its tokens is padding.
 PACK_MIN_PADDING = 0.05
 
@@ -52,6 +64,8 @@ class Batch:
     layout: Layout | Packed | None = None  # where the real tokens lie; set only when the batch takes the fast path
     packed: Packed | None = None  # set when the layers run on the real tokens only (the layout then)
     input_ids: torch.Tensor | None = None  # (B, T), or (1, N) when packed: what the embedding reads
+    prepend: bool = False  # Token Prepending: each row's second token is a placeholder (it enters as zeros)
+    rows: tuple[torch.Tensor, torch.Tensor] | None = None  # (placeholder, last token) per row, once worked out
 
     def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
         """A stream back in the batch's ``(B, T, D)`` layout (zeros at padding when the batch ran packed)."""
@@ -160,6 +174,34 @@ def packs(layout: Layout, plans: Sequence[Plan], pack_padding: bool | None, grap
     # Below this share the saving is a few percent at most, against a gather, a scatter and the index
     # bookkeeping per batch (a judgement: not yet measured).
     return layout.total <= (1 - PACK_MIN_PADDING) * layout.real.numel()
+
+
+def prepended(hidden: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Token Prepending's step: each row's placeholder (its second token) takes the state of the row's last token.
+
+    A new tensor (the loop's streams are shared by forks, never written in place). The places are worked out on
+    the device once per batch, from the packed stream's row bounds or the padded batch's positions, so a
+    CUDA graph captures them with the rest; a row of one token is left as it is.
+    """
+    if batch.rows is None:
+        batch.rows = _placeholder_and_last(batch)
+    slot, last = batch.rows
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    return flat.index_copy(0, slot, flat.index_select(0, last)).view_as(hidden)
+
+
+def _placeholder_and_last(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    # Flat indices into the stream's (rows * T) or (N) tokens. Rows of one token (or none: a graph's filler
+    # rows) map both to one place, so the copy leaves them as they are.
+    if batch.packed is not None:
+        cu = batch.packed.cu.long()
+        last = (cu[1:] - 1).clamp(min=0)
+        return torch.minimum(cu[:-1] + PLACEHOLDER_POSITION, last), last
+    positions = batch.position_ids  # (B, T): padding at 0, each row's largest position at its last real token
+    starts = torch.arange(positions.shape[0], device=positions.device) * positions.shape[1]
+    last = starts + positions.argmax(-1)
+    slot = starts + (positions == PLACEHOLDER_POSITION).int().argmax(-1)  # 0 where the row has no second token
+    return torch.where(positions.amax(-1) >= PLACEHOLDER_POSITION, slot, last), last
 
 
 def dense_mask(step: LayerStep, batch: Batch) -> torch.Tensor:

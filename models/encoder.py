@@ -12,17 +12,17 @@ import torch
 from torch import nn
 
 from nosink.checks import printable
-from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Spec, as_spec
+from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, as_spec
 
 from .attention import Layout, Packed, varlen_ready
-from .batch import Batch, HostBatch, dense_mask, packs, prepare, route_of
+from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, route_of
 from .encoding import TextEncoding
 from .families import DecoderParts
 from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
 from .pretrained import load_encoder
 from .saved import check_sink_token
 
-__all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
+__all__ = ["EncoderFromDecoder", "EncoderOutput", "prepends", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +93,20 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             layers 16-19) and the layers above never run. The final norm is applied at the exit, as at
             the top: ``last_hidden_state`` is always normed, and ``hidden_states[-1]`` (no norm) equals
             the stock model's ``output_hidden_states`` entry ``exit_layer``. ``None`` (default): all layers.
+        prepend: Token Prepending (Fu et al. 2024, arXiv:2412.11556): a placeholder token right after the sink
+            token whose state, before each of the given layers, becomes the state of the row's last token, so
+            that under causal attention the tokens after it see a summary of the whole input. ``k``: before
+            layers ``1..k`` (the placeholder enters the first layer as a zero vector); ``(start, stop)``: before
+            layers ``start..stop-1``. :meth:`encode` adds the placeholder (see :meth:`sink_ids`), which needs a
+            sink token; it is never pooled. :meth:`forward` takes ids that hold it: each row's second token.
+            It composes with every mask kind (an ``M1`` kind hides it too, being the row's second token),
+            packing, the fast path, CUDA graphs and early exits. ``None`` (default): none.
 
     Raises:
         SpecError: if the spec is malformed or does not fit the decoder's depth (or its first ``exit_layer`` layers).
         UnsupportedModelError: for an unsupported family or attention backend.
-        ValueError: if ``sink_token`` is not a non-empty string, or ``exit_layer`` is not from 1 to the depth.
+        ValueError: if ``sink_token`` is not a non-empty string, ``exit_layer`` is not from 1 to the depth, or
+            ``prepend`` does not fit the layers the plan runs.
     """
 
     def __init__(
@@ -112,6 +121,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         pack_padding: bool | None = None,
         compile: bool | dict[str, Any] = False,
         cuda_graphs: bool = True,
+        prepend: int | tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -120,7 +130,10 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             raise TypeError(f"spec must be a string or a Spec, got {type(spec).__name__}")
         self.spec = as_spec(spec)
         self.exit_layer = exit_layer
-        self.plan = self.spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer)
+        self.plan = self.spec.resolve(
+            self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer, prepend=prepend
+        )
+        self.prepend = self.plan.prepend  # (start, stop) or None
         self.tokenizer = tokenizer
         self.sink_token = check_sink_token(sink_token)
         if fast_attention not in (None, True, False):
@@ -185,6 +198,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         pack_padding: bool | None = None,
         compile: bool | dict[str, Any] = False,
         cuda_graphs: bool = True,
+        prepend: int | tuple[int, int] | None = None,
         **hf_kwargs: Any,
     ) -> EncoderFromDecoder:
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
@@ -206,6 +220,8 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             pack_padding: see the class docstring.
             compile: see the class docstring.
             cuda_graphs: see the class docstring.
+            prepend: Token Prepending (see the class docstring); a saved encoder keeps its own unless given
+                (``0``: none).
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
@@ -230,7 +246,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             cls, name_or_path, spec, dtype=dtype, device=device,
             attn_implementation=attn_implementation, sink_token=sink_token, exit_layer=exit_layer,
             fast_attention=fast_attention, pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs,
-            **hf_kwargs,
+            prepend=prepend, **hf_kwargs,
         )  # fmt: skip
 
     def save_pretrained(self, directory: str | Path) -> None:
@@ -390,7 +406,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
 
         def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
             # The function captured: the layer loop over a stream of the graph's own inputs.
-            run = Batch(None, None, positions, None, False, {}, stream, stream, ids)
+            run = Batch(None, None, positions, None, False, {}, stream, stream, ids, batch.prepend)
             self._embed(run)
             out: dict[str, torch.Tensor] = {}
             self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
@@ -418,6 +434,9 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
     def _embed(self, batch: Batch) -> None:
         # The embeddings and the rotary context of a prepared batch (its ids in the layers' layout).
         batch.hidden = self.parts.embed(batch.input_ids, batch.position_ids)  # (B, T, D), or (1, N, D) packed
+        if batch.prepend:  # Token Prepending's placeholder enters as zeros, whatever its id
+            placeholder = (batch.position_ids == PLACEHOLDER_POSITION).unsqueeze(-1)
+            batch.hidden = batch.hidden.masked_fill(placeholder, 0)
         batch.context = self.parts.position_context(batch.hidden, batch.position_ids)
 
     def _run_tree(
@@ -436,7 +455,12 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         for group in groups.values():
             self._run_tree(group, cut, dict(streams), batch, out)
 
-    def plan_for(self, spec: str | Spec | Plan, exit_layer: int | None = None) -> Plan:
+    def plan_for(
+        self,
+        spec: str | Spec | Plan,
+        exit_layer: int | None = None,
+        prepend: int | tuple[int, int] | None = None,
+    ) -> Plan:
         """``spec`` compiled for this decoder (its depth and its sliding windows), to run with :meth:`forward_specs`.
 
         The one place where specs are compiled for this decoder; callers that run many batches compile
@@ -447,6 +471,8 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             exit_layer: exit after this many layers (see the class docstring); ``None``: the encoder's
                 own ``exit_layer`` (all layers unless it was built with one). Pass the depth for a full plan
                 from an encoder that exits early.
+            prepend: Token Prepending (see the class docstring); ``None``: the encoder's own; ``0``: none. Plans
+                that prepend and plans that do not cannot share a batch (see :func:`prepends`).
 
         Raises:
             SpecError: if the spec does not fit this decoder (or its first ``exit_layer`` layers).
@@ -454,9 +480,10 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 out of range, or if a plan comes with another ``exit_layer`` than its own.
         """
         if isinstance(spec, Plan):
-            if exit_layer is not None and exit_layer != spec.exit_layer:
+            if (exit_layer is not None and exit_layer != spec.exit_layer) or prepend is not None:
                 raise ValueError(
-                    f"the plan of {spec.name!r} is already resolved; pass its spec to plan_for with exit_layer"
+                    f"the plan of {spec.name!r} is already resolved; pass its spec to plan_for with exit_layer "
+                    "or prepend"
                 )
             windows = spec.windows if spec.windows is not None else (None,) * spec.depth
             if spec.depth != self.parts.depth or windows != tuple(self.parts.windows):
@@ -468,9 +495,10 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             return spec
         spec = as_spec(spec)
         exit_layer = self.exit_layer if exit_layer is None else exit_layer
-        if spec == self.spec and exit_layer == self.exit_layer:
+        prepend = self.prepend if prepend is None else prepend
+        if spec == self.spec and exit_layer == self.exit_layer and prepend == self.prepend:
             return self.plan
-        return spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer)
+        return spec.resolve(self.parts.depth, windows=self.parts.windows, exit_layer=exit_layer, prepend=prepend)
 
     def _prepare(
         self,
@@ -498,6 +526,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             return packs(layout, plans, self.pack_padding, self._graphs_apply(device, layout.max_length))
 
         batch = prepare(self.parts, input_ids, attention_mask, eager=eager, fast=fast, packs=packed, host=host)
+        batch.prepend = prepends(plans or [self.plan])
         if embed:
             self._embed(batch)
         return batch
@@ -522,6 +551,8 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 )
                 if history is not None and step.stream == MAIN:
                     history.append(streams[MAIN])
+            elif isinstance(step, Prepend):
+                streams[step.stream] = prepended(streams[step.stream], batch)
             elif isinstance(step, Fork):
                 streams[step.target] = streams[step.source]  # layers never write in place, so no copy
             elif isinstance(step, Merge):
@@ -532,4 +563,25 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
 
     def extra_repr(self) -> str:
         exit_layer = "" if self.exit_layer is None else f", exit_layer={self.exit_layer}"
-        return f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}{exit_layer}"
+        prepend = "" if self.prepend is None else f", prepend={self.prepend}"
+        return (
+            f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}{exit_layer}{prepend}"
+        )
+
+
+def prepends(plans: Sequence[Plan]) -> bool:
+    """Whether a batch under ``plans`` holds Token Prepending's placeholder (all of them must agree).
+
+    Raises:
+        ValueError: if some plans prepend and others do not: the placeholder is a token of the input, so they
+            cannot share a batch.
+    """
+    flags = {plan.prepend is not None for plan in plans}
+    if len(flags) > 1:
+        names = ", ".join(repr(plan.name) for plan in plans)
+        raise ValueError(
+            f"plans that prepend a placeholder and plans that do not cannot share a batch ({names}): the "
+            "placeholder is a token of the input; run them in separate calls (an encoder with prepend= for one, "
+            "without for the other: EncoderFromDecoder.from_model shares the weights)"
+        )
+    return flags == {True}

@@ -397,6 +397,12 @@ class TextEncoding:
         batch is built on the host in pinned memory and what the layout needs is read there: the device work
         is only queued. :func:`nosink.models.encoding.pooled_batches` brings the results to the host.
         """
+        if any((plan.prepend is None) != (self.prepend is None) for plan in plans):
+            raise ValueError(
+                "these tokens hold Token Prepending's placeholder only when the encoder prepends "
+                f"(prepend={self.prepend}), and the plans {[plan.name for plan in plans]} disagree: give plans that "
+                "match the encoder (plan_for(spec) does), or use an encoder built with (or without) prepend="
+            )
         device = self.parts.embed_tokens.weight.device
         pinned = device.type == "cuda"
         ids, attn, text_mask = _batching.pad(
@@ -420,8 +426,23 @@ class TextEncoding:
     def sink_ids(self) -> list[int]:
         """The token ids put before every instruction and text (see ``sink_token``).
 
+        With Token Prepending (``prepend``) the placeholder follows the sink token: ``[sink, placeholder]``.
+        The placeholder's id is the sink token's own (its embedding is never read: it enters as zeros).
+
         Raises:
             TypeError: if ``sink_token`` is not a string.
-            ValueError: if ``sink_token`` names no token of the tokenizer.
+            ValueError: if ``sink_token`` names no token of the tokenizer, or the encoder prepends and has no
+                sink token (the placeholder would become the row's first token, the attention sink itself).
         """
-        return _texts.sink_ids(self.tokenizer, self.sink_token)
+        ids = _texts.sink_ids(self.tokenizer, self.sink_token)
+        if self.prepend is None:
+            return ids
+        if len(ids) != 1:
+            eos = getattr(self.tokenizer, "eos_token", None)
+            hint = f" such as sink_token={eos!r} (the tokenizer's end-of-text token)" if eos else ""
+            raise ValueError(
+                f"Token Prepending (prepend={self.prepend}) puts its placeholder right after the sink token, and "
+                f"sink_token={self.sink_token!r} gives none here (this tokenizer has no BOS token): pass a "
+                f"sink token{hint}"
+            )
+        return ids + ids

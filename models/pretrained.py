@@ -36,6 +36,7 @@ def load_encoder(
     pack_padding: bool | None,
     compile: bool | dict[str, Any],
     cuda_graphs: bool = True,
+    prepend: int | tuple[int, int] | None = None,
     **hf_kwargs: Any,
 ) -> EncoderFromDecoder:
     """An encoder of class ``cls`` from a decoder folder, a hub id or a saved encoder folder.
@@ -65,7 +66,9 @@ def load_encoder(
         spec = as_spec(saved["spec"] if spec is None and saved is not None else spec)
         config = load_config(source, **hf_kwargs)
         family_of(config)
-        spec.resolve(config.num_hidden_layers, exit_layer=exit_layer)
+        if prepend is None and saved is not None and saved.get("prepend") is not None:
+            prepend = tuple(saved["prepend"])
+        spec.resolve(config.num_hidden_layers, exit_layer=exit_layer, prepend=prepend)
     except SpecError as err:
         if spec_file is None:
             raise
@@ -84,7 +87,7 @@ def load_encoder(
         sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
     encoder = cls(
         decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
-        pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs,
+        pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs, prepend=prepend,
     )  # fmt: skip
     if tokenizer is not None:
         try:

@@ -109,6 +109,11 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
             check_sink_token(meta["sink_token"])
         except ValueError as err:
             raise OSError(f"{where}: {err}") from None
+    prepend = meta.get("prepend")
+    if prepend is not None and not (
+        isinstance(prepend, list) and len(prepend) == 2 and all(type(x) is int and x >= 0 for x in prepend)
+    ):
+        raise OSError(f"{where}: 'prepend' must be [start, stop] (two layer numbers), got {printable(repr(prepend))}")
     return meta
 
 
@@ -219,6 +224,8 @@ def write_encoder_files(encoder: EncoderFromDecoder, folder: Path) -> None:
         "model_type": decoder.config.model_type,
         "num_hidden_layers": encoder.parts.depth,
     }
+    if encoder.prepend is not None:
+        meta["prepend"] = list(encoder.prepend)  # Token Prepending before layers start..stop-1
     decoder.save_pretrained(folder, safe_serialization=True)
     if encoder.tokenizer is not None:
         encoder.tokenizer.save_pretrained(folder)
