@@ -145,8 +145,11 @@ def test_exit_layer_and_template_round_trip(tmp_path, template):
     encoder.save_pretrained(tmp_path)
     meta = json.loads((tmp_path / "nosink.json").read_text())
     assert meta["format"] == 2 and meta["exit_layer"] == 2
-    assert meta["template"] == ("PromptEOL" if template == "PromptEOL" else {
-        "formats": ["Doc: {text}.", "Again: {text} means"], "target": "last", "copy": None, "name": "mine"})
+    assert meta["template"] == (
+        "PromptEOL"
+        if template == "PromptEOL"
+        else {"formats": ["Doc: {text}.", "Again: {text} means"], "target": "last", "copy": None, "name": "mine"}
+    )
     loaded = EncoderFromDecoder.from_pretrained(tmp_path)
     assert loaded.exit_layer == 2 and loaded.template == encoder.template
     np.testing.assert_array_equal(loaded.encode(TEXTS), encoder.encode(TEXTS))
