@@ -21,6 +21,8 @@ from .families import DecoderParts
 from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
 from .pretrained import load_encoder
 from .saved import check_sink_token
+from .templates import as_template
+from .texts import Template
 
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "prepends", "shared_prefix"]
 
@@ -101,12 +103,15 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             sink token; it is never pooled. :meth:`forward` takes ids that hold it: each row's second token.
             It composes with every mask kind (an ``M1`` kind hides it too, being the row's second token),
             packing, the fast path, CUDA graphs and early exits. ``None`` (default): none.
+        template: the prompt template :meth:`encode` puts each text in when its ``template`` argument is not
+            given (a :class:`~nosink.models.texts.Template` or a preset's name, see :mod:`nosink.models.templates`);
+            :meth:`save_pretrained` records it. ``None`` (default): no template.
 
     Raises:
         SpecError: if the spec is malformed or does not fit the decoder's depth (or its first ``exit_layer`` layers).
         UnsupportedModelError: for an unsupported family or attention backend.
         ValueError: if ``sink_token`` is not a non-empty string, ``exit_layer`` is not from 1 to the depth, or
-            ``prepend`` does not fit the layers the plan runs.
+            ``prepend`` does not fit the layers the plan runs, or ``template`` names no preset.
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         compile: bool | dict[str, Any] = False,
         cuda_graphs: bool = True,
         prepend: int | tuple[int, int] | None = None,
+        template: Template | str | None = None,
     ) -> None:
         super().__init__()
         self.parts = DecoderParts(decoder)
@@ -136,6 +142,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         self.prepend = self.plan.prepend  # (start, stop) or None
         self.tokenizer = tokenizer
         self.sink_token = check_sink_token(sink_token)
+        self.template = as_template(template)  # encode()'s when it is given none
         if fast_attention not in (None, True, False):
             raise TypeError(f"fast_attention must be None, True or False, got {printable(repr(fast_attention))}")
         self.fast_attention = fast_attention
@@ -199,6 +206,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         compile: bool | dict[str, Any] = False,
         cuda_graphs: bool = True,
         prepend: int | tuple[int, int] | None = None,
+        template: Template | str | None = None,
         **hf_kwargs: Any,
     ) -> EncoderFromDecoder:
         """Load a decoder (hub name or local folder) or a folder written by :meth:`save_pretrained`.
@@ -215,19 +223,22 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             device: where to put the model.
             attn_implementation: ``"sdpa"`` (default) or ``"eager"`` (needed for attention weights).
             sink_token: see the class docstring; a saved encoder keeps its own unless given.
-            exit_layer: an early exit (see the class docstring); the layers above it are still loaded.
+            exit_layer: an early exit (see the class docstring); the layers above it are still loaded. A saved
+                encoder keeps its own unless given (pass the depth for all layers).
             fast_attention: see the class docstring.
             pack_padding: see the class docstring.
             compile: see the class docstring.
             cuda_graphs: see the class docstring.
             prepend: Token Prepending (see the class docstring); a saved encoder keeps its own unless given
                 (``0``: none).
+            template: the default template of :meth:`encode` (see the class docstring); a saved encoder keeps
+                its own unless given (``"none"``: no template).
             **hf_kwargs: passed to ``AutoModel.from_pretrained`` (``revision``, ``gguf_file``, ...).
 
         Raises:
             ValueError: if no spec is given for a plain decoder (whose config loads), or for a bad ``dtype``,
-                ``sink_token`` or ``exit_layer`` (checked before any weights load; a ``sink_token`` that is
-                not a token of the tokenizer, once the tokenizer is loaded).
+                ``sink_token``, ``exit_layer`` or ``template`` (checked before any weights load; a ``sink_token``
+                that is not a token of the tokenizer, once the tokenizer is loaded).
             OSError: if the folder does not exist (saying so when an interrupted save left the previous
                 encoder in a ``.NAME.tmp-old-*`` sibling), has no ``config.json``, or its files
                 (``nosink.json``, weights) are missing, corrupted, refused (pickle) or do not match its
@@ -246,11 +257,12 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             cls, name_or_path, spec, dtype=dtype, device=device,
             attn_implementation=attn_implementation, sink_token=sink_token, exit_layer=exit_layer,
             fast_attention=fast_attention, pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs,
-            prepend=prepend, **hf_kwargs,
+            prepend=prepend, template=template, **hf_kwargs,
         )  # fmt: skip
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write the spec, the decoder's weights (safetensors), its config and the tokenizer.
+        """Write the spec, the exit layer, the template, the decoder's weights (safetensors), its config and the
+        tokenizer.
 
         :meth:`from_pretrained` on the folder rebuilds the same encoder without the original model.
         ``~`` is expanded. An existing saved-encoder folder is replaced whole: the new folder is written
@@ -265,17 +277,8 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 or the current working directory or a folder above it (``save_pretrained(".")`` from
                 inside the folder: replacing it would leave the process in a deleted folder).
             FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing.
-            ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
-                (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
         """
         from .saved import save_encoder
-
-        if self.exit_layer is not None:
-            raise ValueError(
-                f"this encoder exits after layer {self.exit_layer}, which a saved folder cannot record yet: save "
-                "EncoderFromDecoder.from_model(encoder.decoder, encoder.spec, encoder.tokenizer) and load it with "
-                f"from_pretrained(folder, exit_layer={self.exit_layer})"
-            )
 
         save_encoder(self, directory)
 
@@ -564,8 +567,10 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
     def extra_repr(self) -> str:
         exit_layer = "" if self.exit_layer is None else f", exit_layer={self.exit_layer}"
         prepend = "" if self.prepend is None else f", prepend={self.prepend}"
+        template = "" if self.template is None else f", template={str(self.template)!r}"
         return (
-            f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}{exit_layer}{prepend}"
+            f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"
+            f"{exit_layer}{prepend}{template}"
         )
 
 

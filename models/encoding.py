@@ -268,7 +268,8 @@ class TextEncoding:
                 input becomes ``[sink token] + instruction + prompt``, and pooling reads the prompt's last
                 token or one copy of the text, as the template says; a template of several prompts gives
                 the mean of their vectors (normalised after averaging). Truncation cuts the text, never
-                the prompt.
+                the prompt. ``None`` (default): the encoder's own ``template`` (none unless it was built or
+                saved with one); ``"none"``: no template, whatever the encoder's.
 
         Raises:
             TypeError: if ``sentences`` is neither a string nor an iterable of strings (``None``, bytes).
@@ -330,6 +331,8 @@ class TextEncoding:
         if not specs:
             raise ValueError("encode_specs() needs at least one spec")
         opts = EncodeOptions.of(kwargs, "encode_specs()")
+        if opts.template is None:
+            opts.template = self.template
         if self.tokenizer is None:
             raise ValueError("encode() needs a tokenizer: pass tokenizer= when building the encoder")
         opts.check()

@@ -13,7 +13,9 @@ from nosink.layerspec import Spec, SpecError, as_spec
 from .configs import check_dtype
 from .families import check_attention, family_of
 from .loading import load_config, load_model, load_tokenizer, local_folder
-from .saved import SAVED_FILE, check_saved, check_sink_token, check_weights, read_saved
+from .saved import SAVED_FILE, check_saved, check_sink_token, check_weights, read_saved, template_from_json
+from .templates import NO_TEMPLATE, as_template
+from .texts import Template
 from .weights import resolve_model
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ def load_encoder(
     compile: bool | dict[str, Any],
     cuda_graphs: bool = True,
     prepend: int | tuple[int, int] | None = None,
+    template: Template | str | None = None,
     **hf_kwargs: Any,
 ) -> EncoderFromDecoder:
     """An encoder of class ``cls`` from a decoder folder, a hub id or a saved encoder folder.
@@ -49,6 +52,8 @@ def load_encoder(
     check_dtype(dtype)
     if sink_token is not None:
         check_sink_token(sink_token)
+    if template is not None:
+        template = as_template(template) or NO_TEMPLATE  # "none" stays a choice, not "the saved one"
     name_or_path = resolve_model(name_or_path)
     folder = local_folder(name_or_path)
     source = str(folder) if folder is not None else str(name_or_path)
@@ -62,6 +67,9 @@ def load_encoder(
             f"{printable(source)}{hub} is a plain decoder: give a spec, e.g. spec='F* | M0B*4' "
             "or spec=nosink.presets.mask0_bidir(k=4)"
         )
+    if saved is not None:  # a saved encoder keeps its exit and template unless given
+        exit_layer = saved.get("exit_layer") if exit_layer is None else exit_layer
+        template = template_from_json(saved.get("template")) if template is None else template
     try:
         spec = as_spec(saved["spec"] if spec is None and saved is not None else spec)
         config = load_config(source, **hf_kwargs)
@@ -87,7 +95,7 @@ def load_encoder(
         sink_file = printable(str(folder / SAVED_FILE)) if saved and "sink_token" in saved else None
     encoder = cls(
         decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
-        pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs, prepend=prepend,
+        pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs, prepend=prepend, template=template,
     )  # fmt: skip
     if tokenizer is not None:
         try:

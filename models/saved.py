@@ -23,10 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nosink.checks import printable
+from nosink.checks import positive_int, printable
 
 from .configs import read_json
 from .families import make_serializable
+from .texts import Template
 
 if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
@@ -41,13 +42,16 @@ __all__ = [
     "read_saved",
     "replacing",
     "save_encoder",
+    "template_from_json",
+    "template_to_json",
     "write_encoder_files",
 ]
 
 logger = logging.getLogger(__name__)
 
 SAVED_FILE = "nosink.json"
-FORMAT = 1  # version of the nosink.json layout
+FORMAT = 2  # version of the nosink.json layout: 2 added the optional exit_layer, template and prepend
+READS = (1, 2)  # the versions this one reads (a format-1 folder has no exit, template or prepend)
 
 
 def interrupted_save(path: Path) -> str:
@@ -88,9 +92,11 @@ def check_sink_token(value: Any) -> str:
 def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The ``nosink.json`` of a folder written by ``save_pretrained``, or ``None`` for anything else.
 
+    The ``template`` entry is returned as written (see :func:`template_from_json` for the Template).
+
     Raises:
-        OSError: if the file is not valid JSON, lacks the spec, has a bad ``sink_token``, or has a newer
-            format than this version reads.
+        OSError: if the file is not valid JSON, lacks the spec, has a bad ``sink_token``, ``exit_layer`` or
+            ``template``, or has a newer format than this version reads.
     """
     file = Path(os.path.expanduser(os.fspath(name_or_path))) / SAVED_FILE
     if not file.is_file():
@@ -99,22 +105,68 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     meta = read_json(file, "re-save the encoder with save_pretrained()")
     if not isinstance(meta, dict) or not isinstance(meta.get("spec"), str):
         raise OSError(f"{where} has no 'spec' string; re-save the encoder with save_pretrained()")
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in READS:
         raise OSError(
-            f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads format "
-            f"{FORMAT}: upgrade nosink or re-save the encoder"
+            f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads formats "
+            f"{' and '.join(map(str, READS))}: upgrade nosink or re-save the encoder"
         )
-    if "sink_token" in meta:
-        try:
+    try:
+        if "sink_token" in meta:
             check_sink_token(meta["sink_token"])
-        except ValueError as err:
-            raise OSError(f"{where}: {err}") from None
+        if meta.get("exit_layer") is not None:
+            positive_int(meta["exit_layer"], "exit_layer")
+        template_from_json(meta.get("template"))
+    except (TypeError, ValueError) as err:
+        raise OSError(f"{where}: {err}") from None
     prepend = meta.get("prepend")
     if prepend is not None and not (
         isinstance(prepend, list) and len(prepend) == 2 and all(type(x) is int and x >= 0 for x in prepend)
     ):
         raise OSError(f"{where}: 'prepend' must be [start, stop] (two layer numbers), got {printable(repr(prepend))}")
     return meta
+
+
+def template_to_json(template: Template | None) -> str | dict[str, Any] | None:
+    """How ``nosink.json`` records a template: a preset's name, or a custom template's fields (``None``: none).
+
+    >>> from nosink.models.templates import PROMPT_EOL
+    >>> template_to_json(PROMPT_EOL), template_to_json(Template("Doc: {text}"))
+    ('PromptEOL', {'formats': ['Doc: {text}'], 'target': 'text', 'copy': None, 'name': ''})
+    """
+    from .templates import PRESETS
+
+    if template is None:
+        return None
+    if PRESETS.get(template.name) == template:
+        return template.name
+    return {"formats": list(template.formats), "target": template.target, "copy": template.copy, "name": template.name}
+
+
+def template_from_json(value: Any) -> Template | None:
+    """The template :func:`template_to_json` wrote (``None`` for none).
+
+    Raises:
+        ValueError: for an unknown preset name, or fields that make no template (quoting them).
+        TypeError: for a value that is neither a name, a dict nor ``None``.
+    """
+    from .templates import by_name
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return by_name(value)
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"template must be a preset's name or a dict of formats/target/copy, got {type(value).__name__}"
+        )
+    unknown = sorted(set(value) - {"formats", "target", "copy", "name"})
+    if unknown or not isinstance(value.get("formats"), list):
+        raise ValueError(
+            f"template {printable(repr(value))}: expected the keys formats (a list of prompts), target, copy and name"
+        )
+    return Template(
+        tuple(value["formats"]), target=value.get("target", "text"), copy=value.get("copy"), name=value.get("name", "")
+    )
 
 
 def check_saved(path: Path, saved: dict[str, Any], config: Any) -> None:
@@ -217,15 +269,22 @@ def write_encoder_files(encoder: EncoderFromDecoder, folder: Path) -> None:
     """
     decoder = encoder.decoder
     make_serializable(decoder)
-    meta = {
-        "format": FORMAT,
+    meta: dict[str, Any] = {
+        "format": 1,
         "spec": str(encoder.spec),
         "sink_token": encoder.sink_token,
         "model_type": decoder.config.model_type,
         "num_hidden_layers": encoder.parts.depth,
     }
-    if encoder.prepend is not None:
-        meta["prepend"] = list(encoder.prepend)  # Token Prepending before layers start..stop-1
+    added = {
+        "exit_layer": encoder.exit_layer,
+        "template": template_to_json(encoder.template),
+        "prepend": None if encoder.prepend is None else list(encoder.prepend),  # layers start..stop-1
+    }
+    if any(value is not None for value in added.values()):
+        # Only a folder that needs format 2 says so: nosink versions that read format 1 alone still load the
+        # rest, and refuse (rather than ignore) an exit, a template or Token Prepending they do not know.
+        meta |= {"format": FORMAT, **added}
     decoder.save_pretrained(folder, safe_serialization=True)
     if encoder.tokenizer is not None:
         encoder.tokenizer.save_pretrained(folder)

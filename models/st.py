@@ -68,7 +68,9 @@ class NosinkTransformer(InputModule):
         padding_side: ``"right"`` or ``"left"``; the embeddings do not depend on it.
 
     Raises:
-        ValueError: for an encoder without a tokenizer, a bad ``max_seq_length`` or ``padding_side``.
+        ValueError: for an encoder without a tokenizer or with a template (sentence-transformers pools the text
+            after a prompt; it has no place for a prompt around the text), a bad ``max_seq_length`` or
+            ``padding_side``.
     """
 
     config_file_name = "nosink_st_config.json"
@@ -81,6 +83,12 @@ class NosinkTransformer(InputModule):
         super().__init__()
         if encoder.tokenizer is None:
             raise ValueError("the encoder has no tokenizer; sentence-transformers needs one (tokenizer=...)")
+        if encoder.template is not None:
+            raise ValueError(
+                f"the encoder puts each text in the template {encoder.template}, which the sentence-transformers "
+                "form cannot: it pools the text after a prompt; load the encoder with template='none', or use "
+                "encoder.encode()"
+            )
         positive_int(max_seq_length, "max_seq_length")
         if padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")

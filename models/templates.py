@@ -23,6 +23,7 @@ __all__ = [
     "ECHO",
     "KNOWLEDGE_ENHANCEMENT",
     "METAEOL",
+    "NO_TEMPLATE",
     "PRESETS",
     "PRETENDED_COT",
     "PROMPT_EOL",
@@ -117,6 +118,9 @@ ECHO = Template(
 )
 """Echo embeddings: the text twice; pooling (mean by default) reads only the second copy, which saw the whole text."""
 
+NO_TEMPLATE = "none"
+"""The name that asks for no template where ``None`` means "the default" (``encode()`` of an encoder that has one)."""
+
 PRESETS: dict[str, Template] = {t.name: t for t in (PROMPT_EOL, PRETENDED_COT, KNOWLEDGE_ENHANCEMENT, METAEOL, ECHO)}
 """Every preset by its name."""
 
@@ -138,7 +142,7 @@ def by_name(name: str) -> Template:
 
 
 def as_template(template: Template | str | None) -> Template | None:
-    """A :class:`Template` from a template, a preset's name, or ``None``.
+    """A :class:`Template` from a template, a preset's name, or ``None`` (also for ``"none"``: no template).
 
     Raises:
         ValueError: for a name that is no preset (a string holding ``{text}`` is told to become a Template).
@@ -146,6 +150,8 @@ def as_template(template: Template | str | None) -> Template | None:
     """
     if template is None or isinstance(template, Template):
         return template
+    if template == NO_TEMPLATE:
+        return None
     if isinstance(template, str):
         if "{text}" in template:
             raise ValueError(

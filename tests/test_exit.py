@@ -131,11 +131,12 @@ def test_encode_and_encode_specs_with_exits():
     assert abs(cut - full).max() > 1e-3
 
 
-def test_saving_an_encoder_with_an_exit_is_refused(tmp_path):
+def test_a_saved_encoder_keeps_its_exit(tmp_path):
     encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer(), exit_layer=2)
-    with pytest.raises(ValueError, match="from_pretrained\\(folder, exit_layer=2\\)"):
-        encoder.save_pretrained(tmp_path / "enc")
-    assert not (tmp_path / "enc").exists()
+    encoder.save_pretrained(tmp_path / "enc")
+    loaded = EncoderFromDecoder.from_pretrained(tmp_path / "enc")
+    assert (loaded.exit_layer, loaded.plan.name) == (2, "F* @ exit 2")
+    assert abs(loaded.encode(TEXTS) - encoder.encode(TEXTS)).max() == 0
 
 
 def test_from_pretrained_takes_an_exit_and_checks_it_before_loading_weights(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ from safetensors import safe_open
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
+from nosink.models.texts import Template
 
 TEXTS = ["the cat sat on the mat", "paris is the capital of france"]
 
@@ -96,7 +97,7 @@ def test_weights_that_do_not_match_the_config_are_a_clear_error(tmp_path, change
 def test_newer_format_is_refused(tmp_path):
     EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
     _edit_json(tmp_path / "nosink.json", format=99)
-    with pytest.raises(OSError, match="has format 99; this version of nosink reads format 1"):
+    with pytest.raises(OSError, match="has format 99; this version of nosink reads formats 1 and 2"):
         EncoderFromDecoder.from_pretrained(tmp_path)
 
 
@@ -134,3 +135,72 @@ def test_dtype_and_device_at_load(tmp_path):
     encoder = EncoderFromDecoder.from_pretrained(tmp_path, dtype=torch.bfloat16, device="cpu")
     assert encoder.parts.embed_tokens.weight.dtype == torch.bfloat16
     assert not np.isnan(encoder.encode(TEXTS)).any()
+
+
+@pytest.mark.parametrize(
+    "template", ["PromptEOL", Template(("Doc: {text}.", "Again: {text} means"), target="last", name="mine")]
+)
+def test_exit_layer_and_template_round_trip(tmp_path, template):
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | B*1", tiny_tokenizer(), exit_layer=2, template=template)
+    encoder.save_pretrained(tmp_path)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    assert meta["format"] == 2 and meta["exit_layer"] == 2
+    assert meta["template"] == (
+        "PromptEOL"
+        if template == "PromptEOL"
+        else {"formats": ["Doc: {text}.", "Again: {text} means"], "target": "last", "copy": None, "name": "mine"}
+    )
+    loaded = EncoderFromDecoder.from_pretrained(tmp_path)
+    assert loaded.exit_layer == 2 and loaded.template == encoder.template
+    np.testing.assert_array_equal(loaded.encode(TEXTS), encoder.encode(TEXTS))
+    # encode() without a template uses the encoder's; "none" and another template override it
+    np.testing.assert_array_equal(loaded.encode(TEXTS), loaded.encode(TEXTS, template=encoder.template))
+    plain = EncoderFromDecoder(tiny_decoder("llama"), "F* | B*1", tiny_tokenizer(), exit_layer=2)
+    np.testing.assert_array_equal(loaded.encode(TEXTS, template="none"), plain.encode(TEXTS))
+    assert not np.allclose(loaded.encode(TEXTS), plain.encode(TEXTS))
+    # given at load, they replace the saved ones
+    full = EncoderFromDecoder.from_pretrained(tmp_path, exit_layer=loaded.depth, template="none")
+    assert full.exit_layer == loaded.depth and full.template is None
+
+
+def test_encode_specs_uses_the_encoders_template():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer(), template="Echo")
+    out = encoder.encode_specs(["F*", "B*"], TEXTS)
+    np.testing.assert_array_equal(out["F*"], encoder.encode(TEXTS))
+    np.testing.assert_array_equal(out["F*"], encoder.encode(TEXTS, template="Echo"))
+
+
+def test_folder_of_format_1_loads_without_exit_or_template(tmp_path):
+    EncoderFromDecoder(tiny_decoder("llama"), "F* | B*1", tiny_tokenizer()).save_pretrained(tmp_path)
+    meta = json.loads((tmp_path / "nosink.json").read_text())
+    for key in ("exit_layer", "template"):
+        meta.pop(key, None)
+    (tmp_path / "nosink.json").write_text(json.dumps(meta | {"format": 1}))
+    loaded = EncoderFromDecoder.from_pretrained(tmp_path)
+    assert loaded.exit_layer is None and loaded.template is None and str(loaded.spec) == "F* | B"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"template": "NoSuchPreset"}, "unknown template 'NoSuchPreset'"),
+        ({"template": {"formats": "no list"}}, "expected the keys formats"),
+        ({"template": {"formats": ["no placeholder"]}}, "has no {text}"),
+        ({"template": 3}, "template must be a preset's name or a dict"),
+        ({"exit_layer": 0}, "exit_layer must be a positive integer"),
+    ],
+)
+def test_bad_exit_or_template_in_metadata_is_a_clear_error(tmp_path, changes, message):
+    EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
+    _edit_json(tmp_path / "nosink.json", **changes)
+    with pytest.raises(OSError, match=r"nosink\.json: .*" + message.replace("(", r"\(")):
+        EncoderFromDecoder.from_pretrained(tmp_path)
+
+
+def test_a_plain_folder_stays_format_1_so_older_versions_still_read_it(tmp_path):
+    EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer()).save_pretrained(tmp_path / "plain")
+    meta = json.loads((tmp_path / "plain" / "nosink.json").read_text())
+    assert meta["format"] == 1 and not {"exit_layer", "template", "prepend"} & set(meta)
+    EncoderFromDecoder(tiny_decoder("llama"), "F* | B", tiny_tokenizer(), prepend=2).save_pretrained(tmp_path / "tp")
+    meta = json.loads((tmp_path / "tp" / "nosink.json").read_text())
+    assert meta["format"] == 2 and meta["prepend"] == [1, 3] and meta["exit_layer"] is None

@@ -256,6 +256,25 @@ def test_cli_serve_takes_several_named_specs(tmp_path, capsys, monkeypatch):
     assert apps[-1].ids() == ["x", "a"] and "serving x (chat), a (spec F* | B) on" in capsys.readouterr().err
 
 
+def test_cli_serve_serves_a_saved_encoders_exit_and_template(tmp_path, monkeypatch):
+    from nosink.cli import main
+
+    apps = []
+
+    def run(app, on_started, **kwargs):
+        apps.append(app.state.served)
+        on_started("http://127.0.0.1:1")
+
+    monkeypatch.setattr(nosink.serve, "run", run)
+    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    lm, tok = tiny_chat_model()
+    folder = tmp_path / "enc"
+    EncoderFromDecoder(lm, "F* | B", tok, exit_layer=3, template="PromptEOL").save_pretrained(folder)
+    assert main(["serve", str(folder), "--port", str(_free_port()), "--no-chat"]) == 0
+    served = apps[-1].embeddings["enc"]
+    assert (served.spec, served.exit_layer, served.template) == ("F* | B", 3, PROMPT_EOL)
+
+
 @pytest.mark.parametrize(
     ("values", "said"),
     [

@@ -527,3 +527,9 @@ def test_load_refuses_a_tokenizer_that_needs_its_own_code_without_asking(tmp_pat
     with pytest.raises(nosink.RemoteCodeError, match=r"auto_map in tokenizer_config\.json"):
         load_sentence_transformer(tmp_path)
     assert asked == [] and not (tmp_path / "marker").exists()
+
+
+def test_an_encoder_with_a_template_is_refused():
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer(), template="PromptEOL")
+    with pytest.raises(ValueError, match="template PromptEOL, which the sentence-transformers form cannot"):
+        to_sentence_transformer(encoder)

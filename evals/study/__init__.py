@@ -30,7 +30,9 @@ The package, one job per module:
 - ``compare`` and ``verdicts``: the paired comparisons, and how masks and templates combine (:func:`interplay`);
 - ``tables`` and ``plots``: the Markdown tables and figures of the JSON files;
 - ``options``, ``driver`` and ``cli``: :class:`StudyOptions`, :func:`run` (one JSON file per task) and the
-  command line that builds the options (``python -m nosink.evals.study``, ``nosink eval study``).
+  command line that builds the options (``python -m nosink.evals.study``, ``nosink eval study``);
+- ``tune`` and ``userdata``: :func:`tune` (``nosink tune``), the protocol on a user's own data file, and
+  reading those files.
 
 >>> [c.name for c in grid(8, ks=[4], k0s=[1, 2])]
 ['F*', 'F* | B*4', 'F* | B*3 | M0B', 'F* | B*2 | M0B*2']
@@ -72,6 +74,8 @@ from .tables import (
     selection_table,
 )
 from .tasks import ClassificationTask, RetrievalTask, STSTask, Task
+from .tune import TuneOptions, TuneResult, tune
+from .userdata import load_user_ner, load_user_task
 from .verdicts import effect, interplay
 
 __all__ = [
@@ -92,6 +96,8 @@ __all__ = [
     "StudyOptions",
     "Task",
     "TemplateResult",
+    "TuneOptions",
+    "TuneResult",
     "add_arguments",
     "baseline_task",
     "best_by_config",
@@ -114,6 +120,8 @@ __all__ = [
     "load_retrieval",
     "load_sts",
     "load_sts17",
+    "load_user_ner",
+    "load_user_task",
     "main",
     "mean_over_seeds",
     "ner_payload",
@@ -136,4 +144,5 @@ __all__ = [
     "study_task",
     "suggestion_for",
     "template_row",
+    "tune",
 ]

@@ -54,9 +54,10 @@ class EmbeddingCache:
             for t in union:
                 groups.setdefault(self._instruction(t), []).append(t)
             start = time.perf_counter()
+            plans = [c.plan(self.encoder) for c in todo]  # named as the encoder names them (its prepend included)
             for instruction, group in groups.items():  # one pass per instruction (retrieval: queries, documents)
                 part = self.encoder.encode_specs(
-                    [c.plan(self.encoder) for c in todo],
+                    plans,
                     group,
                     instruction,
                     template=self.template,
@@ -64,8 +65,8 @@ class EmbeddingCache:
                     max_length=self.max_length,
                     show_progress_bar=None if self.show_progress_bar else False,
                 )
-                for c in todo:
-                    self._store.setdefault(c.name, {}).update(zip(group, part[c.name], strict=True))
+                for c, plan in zip(todo, plans, strict=True):
+                    self._store.setdefault(c.name, {}).update(zip(group, part[plan.name], strict=True))
             took = time.perf_counter() - start
             self.seconds += took
             self.texts_encoded += len(union)

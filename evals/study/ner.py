@@ -105,13 +105,14 @@ def ner_study(
     first, second = (every, every) if split_seed is None else stats.halves(every, seed=split_seed)
     gold = [list(s.tags) for s in dev]
     out = NERStudy({}, {}, {}, 0.0)
-    for c in candidates:
+    for c, run in zip(candidates, runs, strict=True):
+        name = run if isinstance(run, str) else run.name  # a plan's name carries the encoder's prepend
         halves_stats: tuple[list[stats.Statistic], list[stats.Statistic]] = ([], [])
         for seed in seeds:
-            probe = train_probe(train_feats[c.name], labels, len(tags), replace(config, seed=seed))
+            probe = train_probe(train_feats[name], labels, len(tags), replace(config, seed=seed))
             predicted = []
             with torch.no_grad():
-                for feats, kept in zip(dev_feats[c.name], dev_kept, strict=True):
+                for feats, kept in zip(dev_feats[name], dev_kept, strict=True):
                     guesses = iter(probe(feats.float()).argmax(-1).tolist() if len(feats) else [])
                     predicted.append([tags[next(guesses)] if k else "O" for k in kept])
             for half, rows in zip(halves_stats, (first, second), strict=True):

@@ -80,16 +80,18 @@ def _config(text: str) -> tuple[str | None, Any]:
 
 
 def configs(given: list[tuple[str | None, Any]] | None, saved: dict[str, Any] | None, model: str) -> dict[str, Any]:
-    """``{model id: Config}`` served by ``nosink serve``: the ``--spec`` values, else the saved encoder's spec.
+    """``{model id: Config}`` served by ``nosink serve``: the ``--spec`` values, else the saved encoder's spec, exit
+    layer and template.
 
     Raises:
         ValueError: for two configurations without a name, or one name given twice.
     """
+    from nosink.models.saved import template_from_json
     from nosink.serve.configs import Config
 
     if not given:
         assert saved is not None  # saved_encoder() refused a plain decoder without --spec
-        return {model: Config(saved["spec"])}
+        return {model: Config(saved["spec"], saved.get("exit_layer"), template_from_json(saved.get("template")))}
     unnamed = [config for name, config in given if name is None]
     if len(unnamed) > 1:
         raise ValueError(
