@@ -72,7 +72,7 @@ def run_config(
         "id_field": id_field,
         "input": source,
         "nosink_version": version,
-    }
+    } | ({} if encoder.prepend is None else {"prepend": list(encoder.prepend)})  # Token Prepending's layers
 
 
 def config_sha256(config: dict[str, Any]) -> str:

@@ -262,6 +262,12 @@ def encode_corpus(
         raise ValueError(f"progress_interval must be a positive number of seconds, got {progress_interval!r}")
     if encoder.tokenizer is None:
         raise ValueError("encode_corpus() needs an encoder with a tokenizer")
+    if getattr(encoder, "template", None) is not None:
+        raise ValueError(
+            f"this encoder puts each text in the template {encoder.template}, which encode_corpus() does not apply "
+            "(its vectors would not be the encoder's): load it with template='none' to encode the texts as they "
+            "are, or embed with encoder.encode()"
+        )
     plan = encoder.plan_for(encoder.spec, exit_layer=exit_layer)  # checks exit_layer against the depth
     job = _Job(encoder, source, out, instruction, pooling, normalize, DTYPES[dtype], batch_size, max_length,
                shard_rows, on_bad_row, plan)  # fmt: skip

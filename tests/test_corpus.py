@@ -765,3 +765,20 @@ def test_standard_input_and_pipes_with_a_format_resume_by_content(model, encoder
     np.testing.assert_allclose(np.asarray(load_corpus_embeddings(tmp_path / "piped").vectors), np.asarray(got.vectors))
     done = subprocess.run(command, input=data, capture_output=True, timeout=600)
     assert done.returncode == 1 and b"cannot tell the format of /dev/stdin" in done.stderr
+
+
+def test_token_prepending_gives_the_prepending_encoders_vectors_and_is_kept(model, jsonl, tmp_path):
+    prepending = EncoderFromDecoder.from_pretrained(model, prepend=2)
+    want = prepending.encode(jsonl[1], INSTRUCTION, normalize_embeddings=True, batch_size=16)
+    encode_corpus(prepending, jsonl[0], tmp_path / "tp", show_progress=False, **JOB)
+    result = load_corpus_embeddings(tmp_path / "tp")
+    assert result.manifest["prepend"] == [1, 3]
+    np.testing.assert_allclose(np.asarray(result.vectors), want, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="other arguments"):  # a resume must prepend alike
+        encode_corpus(EncoderFromDecoder.from_pretrained(model), jsonl[0], tmp_path / "tp", show_progress=False, **JOB)
+
+
+def test_an_encoder_with_a_template_is_refused_rather_than_encoded_without_it(model, jsonl, tmp_path):
+    templated = EncoderFromDecoder.from_pretrained(model, template="PromptEOL")
+    with pytest.raises(ValueError, match="does not apply"):
+        encode_corpus(templated, jsonl[0], tmp_path / "t", show_progress=False, **JOB)
