@@ -35,6 +35,12 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     p.add_argument("--template", type=template, help=TEMPLATE_HELP + " (it decides which tokens are pooled)")
     p.add_argument("--exit-layer", type=exit_layer, metavar="M", help=EXIT_HELP)
+    p.add_argument(
+        "--prepend",
+        type=count_arg(),
+        metavar="K",
+        help="Token Prepending before layers 1..K (a placeholder after the sink token takes the last token's state)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = output_format(output)
     path = model_path(args.model)
     saved_encoder(path, args.spec)  # a plain decoder without --spec: said in the command line's words
-    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec, exit_layer=args.exit_layer)
+    encoder = EncoderFromDecoder.from_pretrained(path, spec=args.spec, exit_layer=args.exit_layer, prepend=args.prepend)
     vectors = encoder.encode(
         texts,
         instruction=args.instruction,
