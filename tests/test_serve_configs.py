@@ -332,3 +332,30 @@ def test_cli_serve_of_a_saved_encoder_serves_its_spec_or_the_given_ones(tmp_path
     argv = ["serve", str(tmp_path / "enc"), "--no-chat", "--port", str(_free_port()), "--spec", "a=F* | B*2"]
     assert main(argv) == 0
     assert {k: v.spec for k, v in served[-1].embeddings.items()} == {"a": "F* | B*2"}
+
+
+def test_a_prepending_server_serves_what_encode_gives_and_chat_is_untouched(tmp_path, monkeypatch):
+    lm, tok = tiny_chat_model()
+    configs = {"tiny": "F* | M0B*2", "eol": "F* | B @ exit 3 @ template PromptEOL"}
+    app = create_app(lm, tok, configs, name="tiny", api_key=KEY, limits=LIMITS, prepend=2)
+    assert app.state.encoder.prepend == (1, 3) and app.state.served.sink == [1, 1]
+    with ServerThread(app) as running:
+        client = openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+        for name, (spec, exit_layer, template) in {"tiny": ("F* | M0B*2", None, None),
+                                                   "eol": ("F* | B", 3, PROMPT_EOL)}.items():  # fmt: skip
+            got = _vectors(client.embeddings.create(model=name, input=TEXTS, encoding_format="float"))
+            encoder = EncoderFromDecoder.from_model(lm, spec, tok, exit_layer=exit_layer, prepend=2)
+            want = encoder.encode(TEXTS, template=template, normalize_embeddings=True)
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+            plain = EncoderFromDecoder.from_model(lm, spec, tok, exit_layer=exit_layer)
+            assert not np.allclose(got, plain.encode(TEXTS, template=template, normalize_embeddings=True), atol=1e-3)
+
+    # a saved encoder that prepends is served prepending
+    from nosink.cli import main
+
+    apps = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, on_started, **kwargs: apps.append(app))
+    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    EncoderFromDecoder(lm, "F* | B", tok, prepend=2).save_pretrained(tmp_path / "enc")
+    assert main(["serve", str(tmp_path / "enc"), "--port", str(_free_port()), "--no-chat"]) == 0
+    assert apps[-1].state.encoder.prepend == (1, 3)

@@ -57,6 +57,9 @@ def _arguments(p: Parser) -> None:
         action="store_true",
         help="run embedding batches without CUDA graphs (on by default on a GPU in float16/bfloat16)",
     )
+    p.add_argument("--prepend", type=count_arg(), metavar="K",
+                   help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "
+                        "encoder's own; chat never sees it)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="uvicorn's log level (info logs every request; warning: errors and warnings only)")  # fmt: skip
     p.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="SECONDS",
@@ -171,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or model_id(path)
     spec = configs(args.spec, saved, name)
     sink_token = saved.get("sink_token", "auto") if saved is not None else "auto"
+    prepend = args.prepend or (tuple(saved["prepend"]) if saved is not None and saved.get("prepend") else None)
     sockets = bind(args.host, args.port)  # before the model loads: a taken port fails now, in one line
     try:
         model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
@@ -180,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                         max_connections_per_client=args.max_connections_per_client)  # fmt: skip
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
                          api_key=key, limits=limits, sink_token=sink_token,
-                         cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
+                         cuda_graphs=not args.no_cuda_graphs, prepend=prepend)  # fmt: skip
         what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 

@@ -43,6 +43,7 @@ def create_app(
     limits: Limits | None = None,
     sink_token: str = "auto",
     cuda_graphs: bool = True,
+    prepend: int | tuple[int, int] | None = None,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -66,6 +67,9 @@ def create_app(
         sink_token: as for :class:`EncoderFromDecoder`.
         cuda_graphs: as for :class:`EncoderFromDecoder` (embedding batches replay CUDA graphs on a GPU in
             float16/bfloat16; ``False`` runs every batch as it is).
+        prepend: Token Prepending for every embedding configuration (as for :class:`EncoderFromDecoder`; the
+            placeholder is a token of the input, so the configurations of one server agree on it). Chat never
+            sees it.
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
@@ -91,7 +95,13 @@ def create_app(
     configs = configs_of(spec, "")  # "": the model's own id, known once the encoder names it
     first = next(iter(configs.values()))
     encoder = EncoderFromDecoder.from_model(
-        model, first.spec, tokenizer, sink_token=sink_token, exit_layer=first.exit_layer, cuda_graphs=cuda_graphs
+        model,
+        first.spec,
+        tokenizer,
+        sink_token=sink_token,
+        exit_layer=first.exit_layer,
+        cuda_graphs=cuda_graphs,
+        prepend=prepend,
     )
     sink = encoder.sink_ids()
     name = name or model_id(encoder.name_or_path)
