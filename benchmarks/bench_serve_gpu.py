@@ -16,7 +16,10 @@ limits). Loads, each ``--seconds`` long after a warm-up:
 - ``1 chat`` alone on the idle server, and ``16 chats`` at once: tokens/s per stream and in all.
 
 It prints one markdown table per ``--workers`` value (front-end processes; 0: one process) with texts/s,
-the ratio to offline, p50/p99 latency and errors, and writes the raw numbers as JSON (``--json``).
+the ratio to offline, p50/p99 latency and errors, and from the server's ``/health`` counters the rows a
+batch, how busy the engine was, an embedding request's mean time in the model's process against its mean
+latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
+batches that replayed one; it writes the raw numbers as JSON (``--json``).
 """
 
 from __future__ import annotations
@@ -252,6 +255,7 @@ def drive(
         "errors": sum(o["errors"] for o in outs),
         "p50_ms": 1000 * latency[len(latency) // 2] if latency else None,
         "p99_ms": 1000 * latency[min(len(latency) - 1, int(len(latency) * 0.99))] if latency else None,
+        "mean_ms": 1000 * statistics.fmean(latency) if latency else None,
     }
     if streams:
         row["chat_completions"] = len(streams)
@@ -385,6 +389,15 @@ def main() -> None:
                         1, batches
                     )
                     rows[load]["engine_busy"] = (after["busy_ms"] - before["busy_ms"]) / 1000 / took
+                    # an embedding request's mean time in the model's process (gathering and batch): the rest of
+                    # its mean latency is the front-end's and the client's (HTTP, JSON, tokenizing, the pipe)
+                    answered = after["embedding_requests"] - before["embedding_requests"]
+                    in_engine = after["embedding_request_ms"] - before["embedding_request_ms"]
+                    rows[load]["engine_ms_per_request"] = in_engine / answered if answered else None
+                    rows[load]["graphs"] = after["graphs"]
+                    rows[load]["graph_replays_per_batch"] = (after["graph_replays"] - before["graph_replays"]) / max(
+                        1, batches
+                    )
                     print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
             except BaseException:
@@ -416,8 +429,8 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
     lines = [
         f"\nfront-end processes: {workers}\n",
         "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms "
-        "| rows a batch | engine busy |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rows a batch | engine busy | mean ms: in the engine / in all | graphs (replayed batches) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for load in loads:
         r = rows[load]
@@ -431,7 +444,13 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
         texts = f"{r['texts_per_s']:,.0f}" if r["texts_per_s"] else ""
         ratio = f"{r['ratio']:.2f}" if r["texts_per_s"] else ""
         busy = f"{r['rows_per_batch']:.0f} | {r['engine_busy']:.0%}" if "engine_busy" in r else " | "
-        lines.append(f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} |")
+        split = ""
+        if r.get("engine_ms_per_request") is not None and r.get("mean_ms") is not None:
+            split = f"{r['engine_ms_per_request']:.1f} / {r['mean_ms']:.1f}"
+        graphs = f"{r['graphs']} ({r['graph_replays_per_batch']:.0%})" if "graphs" in r else ""
+        lines.append(
+            f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} | {split} | {graphs} |"
+        )
     lines.append(f"\nGPU memory of the server process: {rows.get('gpu_memory_mib')} MiB")
     return "\n".join(lines)
 
