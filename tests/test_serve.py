@@ -703,6 +703,22 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     np.testing.assert_allclose(jobs[2].future.result(), _encode(server, ["a dog"], PROMPTS["query"]), atol=1e-6)
 
 
+def test_a_gathering_runs_once_as_many_requests_wait_as_the_last_batch_answered(server):
+    worker = _worker(server, batch_size=8, batch_wait_ms=60_000)  # the window alone would wait a minute
+    first = [_job(server, ["the cat sat"]), _job(server, ["a dog"])]
+    for job in first:
+        worker.batches.add(job)
+    assert not worker.batches.due()  # no batch yet: the first gathering waits for companions
+    worker.batches.deadline = 0.0  # (its window over)
+    worker.batches.step()
+    assert all(job.future.done() for job in first) and worker.batches.answered == 2
+    worker.batches.settle = float("inf")  # neither timer lets the next gathering go
+    worker.batches.add(_job(server, ["we love food"]))
+    assert not worker.batches.due()  # one of the two clients is back
+    worker.batches.add(_job(server, ["the park"]))
+    assert worker.batches.due()  # both are: nothing more to wait for
+
+
 def test_health_counts_each_answered_request_and_its_time_in_the_engine(server):
     worker = _worker(server, batch_wait_ms=0)
     jobs = [_job(server, ["the cat sat"]), _job(server, TEXTS)]
