@@ -294,6 +294,41 @@ def health(port: int) -> dict:
         return json.loads(answer.read())
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) that process ``pid`` has used so far, all its threads; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a server's front-ends)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def cpu_now(server: int) -> dict[str, float]:
+    """CPU seconds so far of the server's model process, of its front-ends, and of this process's reaped children
+    (the load processes, once a load has joined them)."""
+    import resource
+
+    load = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "engine": cpu_seconds(server),
+        "front_ends": sum(cpu_seconds(pid) for pid in children(server)),
+        "clients": load.ru_utime + load.ru_stime,
+    }
+
+
 def gpu_memory(pid: int) -> int | None:
     """MiB of GPU memory that process ``pid`` holds (nvidia-smi), or None."""
     try:
@@ -370,7 +405,7 @@ def main() -> None:
                 rows = {}
                 for load in loads:
                     embed, per, chats = _load(load)
-                    before, started = health(port), time.perf_counter()
+                    before, started, cpu = health(port), time.perf_counter(), cpu_now(server.pid)
                     rows[load] = drive(
                         port,
                         "model",
@@ -383,7 +418,14 @@ def main() -> None:
                         fmt="base64" if "b64" in load else "float",
                     )
                     rows[load]["ratio"] = rows[load]["texts_per_s"] / base
-                    after, took = health(port), time.perf_counter() - started
+                    after, took, spent = health(port), time.perf_counter() - started, cpu_now(server.pid)
+                    # where the time goes: CPU of each side, and the engine's time per unit of work
+                    done = rows[load]["requests_per_s"] * args.seconds
+                    rows[load]["engine_cpu"] = (spent["engine"] - cpu["engine"]) / took  # cores busy
+                    for side in ("front_ends", "clients"):
+                        rows[load][f"{side}_cpu_ms_per_request"] = 1000 * (spent[side] - cpu[side]) / max(1.0, done)
+                    steps = after["chat_steps"] - before["chat_steps"]
+                    rows[load]["chat_ms_per_step"] = (after["chat_ms"] - before["chat_ms"]) / steps if steps else None
                     batches = after["embedding_batches"] - before["embedding_batches"]
                     rows[load]["rows_per_batch"] = (after["embedded_texts"] - before["embedded_texts"]) / max(
                         1, batches
@@ -394,6 +436,9 @@ def main() -> None:
                     answered = after["embedding_requests"] - before["embedding_requests"]
                     in_engine = after["embedding_request_ms"] - before["embedding_request_ms"]
                     rows[load]["engine_ms_per_request"] = in_engine / answered if answered else None
+                    rows[load]["ms_per_batch"] = (
+                        (after["embedding_ms"] - before["embedding_ms"]) / batches if batches else None
+                    )
                     rows[load]["graphs"] = after["graphs"]
                     rows[load]["graph_replays_per_batch"] = (after["graph_replays"] - before["graph_replays"]) / max(
                         1, batches
@@ -451,6 +496,24 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
         lines.append(
             f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} | {split} | {graphs} |"
         )
+    lines += [
+        "\nWhere the time goes (CPU of the model's process in cores; CPU ms a request of the front-ends and of the load"
+        " processes; the engine's ms a batch and a chat step):\n",
+        "| load | model process CPU | front-end CPU ms a request | client CPU ms a request | ms a batch "
+        "| ms a chat step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for load in loads:
+        r = rows[load]
+        if "engine_cpu" not in r:
+            continue
+        cells = [f"{r['engine_cpu']:.2f}"]
+        cells += [
+            f"{r[k]:.2f}" if r["requests_per_s"] else ""
+            for k in ("front_ends_cpu_ms_per_request", "clients_cpu_ms_per_request")
+        ]
+        cells += [f"{r[k]:.1f}" if r.get(k) is not None else "" for k in ("ms_per_batch", "chat_ms_per_step")]
+        lines.append(f"| {load} | {' | '.join(cells)} |")
     lines.append(f"\nGPU memory of the server process: {rows.get('gpu_memory_mib')} MiB")
     return "\n".join(lines)
 

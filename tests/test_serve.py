@@ -696,6 +696,7 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
         "chat_tokens": 0,
         "dropped": 1,
         "embedding_requests": 3,
+        "chat_steps": 0,
     }
     assert not gone.future.done()
     np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
@@ -770,6 +771,7 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
         "chat_tokens": 0,
         "dropped": 0,
         "embedding_requests": 2,
+        "chat_steps": 0,
     }
     assert not gone.future.done()  # never finished: none of its texts was computed
     for job, t in ((short, texts["short"]), (long, texts["long"])):
