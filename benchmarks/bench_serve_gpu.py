@@ -16,7 +16,10 @@ limits). Loads, each ``--seconds`` long after a warm-up:
 - ``1 chat`` alone on the idle server, and ``16 chats`` at once: tokens/s per stream and in all.
 
 It prints one markdown table per ``--workers`` value (front-end processes; 0: one process) with texts/s,
-the ratio to offline, p50/p99 latency and errors, and writes the raw numbers as JSON (``--json``).
+the ratio to offline, p50/p99 latency and errors, and from the server's ``/health`` counters the rows a
+batch, how busy the engine was, an embedding request's mean time in the model's process against its mean
+latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
+batches that replayed one; it writes the raw numbers as JSON (``--json``).
 """
 
 from __future__ import annotations
@@ -252,6 +255,7 @@ def drive(
         "errors": sum(o["errors"] for o in outs),
         "p50_ms": 1000 * latency[len(latency) // 2] if latency else None,
         "p99_ms": 1000 * latency[min(len(latency) - 1, int(len(latency) * 0.99))] if latency else None,
+        "mean_ms": 1000 * statistics.fmean(latency) if latency else None,
     }
     if streams:
         row["chat_completions"] = len(streams)
@@ -288,6 +292,41 @@ def health(port: int) -> dict:
 
     with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=60) as answer:
         return json.loads(answer.read())
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) that process ``pid`` has used so far, all its threads; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a server's front-ends)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def cpu_now(server: int) -> dict[str, float]:
+    """CPU seconds so far of the server's model process, of its front-ends, and of this process's reaped children
+    (the load processes, once a load has joined them)."""
+    import resource
+
+    load = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "engine": cpu_seconds(server),
+        "front_ends": sum(cpu_seconds(pid) for pid in children(server)),
+        "clients": load.ru_utime + load.ru_stime,
+    }
 
 
 def gpu_memory(pid: int) -> int | None:
@@ -366,7 +405,7 @@ def main() -> None:
                 rows = {}
                 for load in loads:
                     embed, per, chats = _load(load)
-                    before, started = health(port), time.perf_counter()
+                    before, started, cpu = health(port), time.perf_counter(), cpu_now(server.pid)
                     rows[load] = drive(
                         port,
                         "model",
@@ -379,12 +418,31 @@ def main() -> None:
                         fmt="base64" if "b64" in load else "float",
                     )
                     rows[load]["ratio"] = rows[load]["texts_per_s"] / base
-                    after, took = health(port), time.perf_counter() - started
+                    after, took, spent = health(port), time.perf_counter() - started, cpu_now(server.pid)
+                    # where the time goes: CPU of each side, and the engine's time per unit of work
+                    done = rows[load]["requests_per_s"] * args.seconds
+                    rows[load]["engine_cpu"] = (spent["engine"] - cpu["engine"]) / took  # cores busy
+                    for side in ("front_ends", "clients"):
+                        rows[load][f"{side}_cpu_ms_per_request"] = 1000 * (spent[side] - cpu[side]) / max(1.0, done)
+                    steps = after["chat_steps"] - before["chat_steps"]
+                    rows[load]["chat_ms_per_step"] = (after["chat_ms"] - before["chat_ms"]) / steps if steps else None
                     batches = after["embedding_batches"] - before["embedding_batches"]
                     rows[load]["rows_per_batch"] = (after["embedded_texts"] - before["embedded_texts"]) / max(
                         1, batches
                     )
                     rows[load]["engine_busy"] = (after["busy_ms"] - before["busy_ms"]) / 1000 / took
+                    # an embedding request's mean time in the model's process (gathering and batch): the rest of
+                    # its mean latency is the front-end's and the client's (HTTP, JSON, tokenizing, the pipe)
+                    answered = after["embedding_requests"] - before["embedding_requests"]
+                    in_engine = after["embedding_request_ms"] - before["embedding_request_ms"]
+                    rows[load]["engine_ms_per_request"] = in_engine / answered if answered else None
+                    rows[load]["ms_per_batch"] = (
+                        (after["embedding_ms"] - before["embedding_ms"]) / batches if batches else None
+                    )
+                    rows[load]["graphs"] = after["graphs"]
+                    rows[load]["graph_replays_per_batch"] = (after["graph_replays"] - before["graph_replays"]) / max(
+                        1, batches
+                    )
                     print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
             except BaseException:
@@ -416,8 +474,8 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
     lines = [
         f"\nfront-end processes: {workers}\n",
         "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms "
-        "| rows a batch | engine busy |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rows a batch | engine busy | mean ms: in the engine / in all | graphs (replayed batches) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for load in loads:
         r = rows[load]
@@ -431,7 +489,31 @@ def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
         texts = f"{r['texts_per_s']:,.0f}" if r["texts_per_s"] else ""
         ratio = f"{r['ratio']:.2f}" if r["texts_per_s"] else ""
         busy = f"{r['rows_per_batch']:.0f} | {r['engine_busy']:.0%}" if "engine_busy" in r else " | "
-        lines.append(f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} |")
+        split = ""
+        if r.get("engine_ms_per_request") is not None and r.get("mean_ms") is not None:
+            split = f"{r['engine_ms_per_request']:.1f} / {r['mean_ms']:.1f}"
+        graphs = f"{r['graphs']} ({r['graph_replays_per_batch']:.0%})" if "graphs" in r else ""
+        lines.append(
+            f"| {load} | {texts} | {ratio} | {lat} | {r['errors']} | {chat} | {first} | {busy} | {split} | {graphs} |"
+        )
+    lines += [
+        "\nWhere the time goes (CPU of the model's process in cores; CPU ms a request of the front-ends and of the load"
+        " processes; the engine's ms a batch and a chat step):\n",
+        "| load | model process CPU | front-end CPU ms a request | client CPU ms a request | ms a batch "
+        "| ms a chat step |",
+        "|---|---|---|---|---|---|",
+    ]
+    for load in loads:
+        r = rows[load]
+        if "engine_cpu" not in r:
+            continue
+        cells = [f"{r['engine_cpu']:.2f}"]
+        cells += [
+            f"{r[k]:.2f}" if r["requests_per_s"] else ""
+            for k in ("front_ends_cpu_ms_per_request", "clients_cpu_ms_per_request")
+        ]
+        cells += [f"{r[k]:.1f}" if r.get(k) is not None else "" for k in ("ms_per_batch", "chat_ms_per_step")]
+        lines.append(f"| {load} | {' | '.join(cells)} |")
     lines.append(f"\nGPU memory of the server process: {rows.get('gpu_memory_mib')} MiB")
     return "\n".join(lines)
 

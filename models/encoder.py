@@ -392,6 +392,15 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
         return {name: batch.unpack(hidden) for name, hidden in out.items()}
 
+    def graph_counts(self) -> dict[str, int]:
+        """CUDA graphs of the layer loop so far: ``graphs`` captured (at most ``GRAPH_LIMIT``) and batches replayed
+        through one (``graph_replays``); both 0 where graphs are off or unused."""
+        graphs = self._graphs
+        return {
+            "graphs": 0 if graphs is None else len(graphs.graphs),
+            "graph_replays": 0 if graphs is None else graphs.replays,
+        }
+
     def _replay(self, plans: list[Plan], batch: Batch) -> dict[str, torch.Tensor] | None:
         # A packed batch through the CUDA graph of its plans and bucket (models/graphs.py); None: run it as it is.
         packed, device = batch.packed, batch.position_ids.device

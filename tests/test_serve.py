@@ -690,16 +690,48 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
     worker.batches.step()
     assert not worker.batches.chunks
     # one forward pass for all waiting requests, with or without a prompt; the cancelled one is never computed
-    assert {k: v for k, v in worker.stats.items() if k != "busy_ms"} == {
+    assert {k: v for k, v in worker.stats.items() if not k.endswith("_ms")} == {
         "embedding_batches": 1,
         "embedded_texts": 5,
         "chat_tokens": 0,
         "dropped": 1,
+        "embedding_requests": 3,
+        "chat_steps": 0,
     }
     assert not gone.future.done()
     np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
     np.testing.assert_allclose(jobs[1].future.result(), _encode(server, TEXTS), atol=1e-5, rtol=0)
     np.testing.assert_allclose(jobs[2].future.result(), _encode(server, ["a dog"], PROMPTS["query"]), atol=1e-6)
+
+
+def test_a_gathering_runs_once_as_many_requests_wait_as_the_last_batch_answered(server):
+    worker = _worker(server, batch_size=8, batch_wait_ms=60_000)  # the window alone would wait a minute
+    first = [_job(server, ["the cat sat"]), _job(server, ["a dog"])]
+    for job in first:
+        worker.batches.add(job)
+    assert not worker.batches.due()  # no batch yet: the first gathering waits for companions
+    worker.batches.deadline = 0.0  # (its window over)
+    worker.batches.step()
+    assert all(job.future.done() for job in first) and worker.batches.answered == 2
+    worker.batches.settle = float("inf")  # neither timer lets the next gathering go
+    worker.batches.add(_job(server, ["we love food"]))
+    assert not worker.batches.due()  # one of the two clients is back
+    worker.batches.add(_job(server, ["the park"]))
+    assert worker.batches.due()  # both are: nothing more to wait for
+
+
+def test_health_counts_each_answered_request_and_its_time_in_the_engine(server):
+    worker = _worker(server, batch_wait_ms=0)
+    jobs = [_job(server, ["the cat sat"]), _job(server, TEXTS)]
+    for job in jobs:
+        worker.inbox.put(job)
+    worker._take()
+    time.sleep(0.05)  # both wait 50 ms in the engine before their batch runs
+    worker.batches.step()
+    health = worker.health()
+    assert all(job.future.done() for job in jobs)
+    assert health["embedding_requests"] == 2 and health["embedding_request_ms"] >= 2 * 50
+    assert health["graphs"] == 0 and health["graph_replays"] == 0  # CUDA graphs only run on a GPU
 
 
 def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):
@@ -733,11 +765,13 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
         worker.batches.step()
     # then by tokens (ties in arrival order) [the dog, the park], [a, i], [you, we]: without `gone`,
     # 2 batches of one text of `short`
-    assert {k: v for k, v in worker.stats.items() if k != "busy_ms"} == {
+    assert {k: v for k, v in worker.stats.items() if not k.endswith("_ms")} == {
         "embedding_batches": 3,
         "embedded_texts": 4,
         "chat_tokens": 0,
         "dropped": 0,
+        "embedding_requests": 2,
+        "chat_steps": 0,
     }
     assert not gone.future.done()  # never finished: none of its texts was computed
     for job, t in ((short, texts["short"]), (long, texts["long"])):

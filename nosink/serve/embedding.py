@@ -55,7 +55,9 @@ class Batches:
     Args:
         encoder: the encoder that runs every plan.
         limits: batch sizes and waits.
-        stats: the engine's counters (``embedding_batches``, ``embedded_texts``: rows run, ``dropped``).
+        stats: the engine's counters (``embedding_batches``, ``embedded_texts``: rows run, ``dropped``,
+            ``embedding_requests``: requests answered, ``embedding_request_ms``: their time in the engine, from
+            :meth:`add` to their answer).
         plans: each configuration's compiled plan, by name (:meth:`EncoderFromDecoder.plan_for`); a job
             naming no configuration runs the encoder's own plan.
     """
@@ -73,6 +75,7 @@ class Batches:
         self.chunks: deque[Rows] = deque()  # gathered rows, one batch each
         self.deadline: float | None = None  # when the oldest waiting request stops waiting
         self.settle = 0.0  # before then, a small gathering waits for the requests the last batch answered
+        self.answered = 0  # requests the last batch answered: once as many wait, the gathering waits no longer
 
     def __len__(self) -> int:
         return len(self.waiting) + len(self.chunks)
@@ -83,8 +86,9 @@ class Batches:
 
     def add(self, job: EmbedJob) -> None:
         """Queue a request; the first of a gathering starts the wait for companions."""
+        job.arrived = time.monotonic()
         if not self.waiting:
-            self.deadline = time.monotonic() + self.limits.batch_wait_ms / 1000
+            self.deadline = job.arrived + self.limits.batch_wait_ms / 1000
         self.waiting.append(job)
 
     def wait(self) -> float | None:
@@ -96,14 +100,17 @@ class Batches:
         return None
 
     def due(self) -> bool:
-        """Whether a batch should run now: one is cut, or enough texts wait, or the first has waited enough."""
+        """Whether a batch should run now: one is cut, or enough texts wait, or as many requests wait as the last
+        batch answered (its clients are back: waiting longer would only idle the model), or the first has waited
+        enough."""
         if self.chunks:
             return True
         if not self.waiting:
             return False
         count = sum(len(job) for job in self.waiting)
         enough = count >= max(self.limits.batch_texts, self.limits.batch_size)
-        return enough or time.monotonic() >= max(self.deadline or 0.0, self.settle)
+        back = 0 < self.answered <= len(self.waiting)
+        return enough or back or time.monotonic() >= max(self.deadline or 0.0, self.settle)
 
     def jobs(self) -> list[EmbedJob]:
         """Every request not answered yet."""
@@ -160,9 +167,13 @@ class Batches:
             # batch answered several, a gathering smaller than a batch waits for them a little (a quarter of
             # the batch's time, at most 4 x batch_wait_ms), so that concurrent clients share one batch rather
             # than splitting into two half-full ones that take turns. One client alone never waits for this.
-            several = len({id(job) for row in rows for job, _ in row.wants}) > 1
+            # Once as many requests wait as this batch answered, they are all back (or others came in their
+            # place) and the gathering runs at once (see due()): under a steady load the model never idles
+            # through batch_wait_ms for companions who are already there.
+            self.answered = len({id(job) for row in rows for job, _ in row.wants})
             took = time.monotonic() - start
-            self.settle = time.monotonic() + min(took / 4, 4 * self.limits.batch_wait_ms / 1000) if several else 0.0
+            wait = min(took / 4, 4 * self.limits.batch_wait_ms / 1000)
+            self.settle = time.monotonic() + wait if self.answered > 1 else 0.0
 
     def _answer(self, rows: Rows) -> None:
         try:
@@ -175,11 +186,26 @@ class Batches:
             for job in jobs:  # one request's failure must not fail its batch companions
                 mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
                 try:
-                    _deliver(mine, self._encode(mine), self.plan_of)
+                    self._deliver(mine, self._encode(mine))
                 except Exception as alone:
                     _fail(job, alone)
             return
-        _deliver(rows, vectors, self.plan_of)
+        self._deliver(rows, vectors)
+
+    def _deliver(self, rows: Rows, vectors: dict[str, np.ndarray]) -> None:
+        """Give each input wanting a row its plan's vector of that row; a request with all its vectors is answered."""
+        now = time.monotonic()
+        for k, row in enumerate(rows):
+            for job, i in row.wants:
+                vector = vectors[self.plan_of(job).name][k]
+                if job.vectors is None:
+                    job.vectors = np.empty((len(job), vector.shape[0]), dtype=np.float32)
+                job.vectors[i] = vector
+                job.left -= 1
+                if job.left == 0:
+                    self.stats["embedding_requests"] += 1
+                    self.stats["embedding_request_ms"] += round((now - job.arrived) * 1000)
+                    job.future.set_result(job.vectors)
 
     def _encode(self, rows: Rows) -> dict[str, np.ndarray]:
         """Unit vectors of one batch under each plan its rows want, by plan name, as ``encode(...,
@@ -195,19 +221,6 @@ def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:
     """``rows`` with only the wants of jobs that are ``wanted``; rows left wanting nothing are dropped."""
     kept = [Row(row.job, row.i, [(job, i) for job, i in row.wants if wanted(job)]) for row in rows]
     return [row for row in kept if row.wants]
-
-
-def _deliver(rows: Rows, vectors: dict[str, np.ndarray], plan_of: Callable[[EmbedJob], Plan]) -> None:
-    """Give each input wanting a row its plan's vector of that row; a request with all its vectors is answered."""
-    for k, row in enumerate(rows):
-        for job, i in row.wants:
-            vector = vectors[plan_of(job).name][k]
-            if job.vectors is None:
-                job.vectors = np.empty((len(job), vector.shape[0]), dtype=np.float32)
-            job.vectors[i] = vector
-            job.left -= 1
-            if job.left == 0:
-                job.future.set_result(job.vectors)
 
 
 def _fail(job: EmbedJob, err: Exception) -> None:

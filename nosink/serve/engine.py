@@ -78,7 +78,10 @@ class Engine:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
         # busy_ms: the engine's time in embedding batches and chat steps (against the wall clock: how loaded it is)
+        # embedding_request_ms: answered embedding requests' time in the engine, gathering and batch (see Batches);
+        # embedding_ms and chat_ms: busy_ms split between embedding batches and chat steps (chat_steps of them)
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0, "busy_ms": 0}
+        self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
         self.batches = Batches(encoder, limits, self.stats, plans)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
@@ -99,8 +102,8 @@ class Engine:
         return len(self.inbox) + len(self.batches) + len(self.chats)
 
     def health(self) -> dict[str, int]:
-        """Requests waiting, and the counts of work done: what ``/health`` shows."""
-        return {"waiting": self.busy(), **self.stats}
+        """Requests waiting, the counts of work done and the encoder's CUDA graphs: what ``/health`` shows."""
+        return {"waiting": self.busy(), **self.stats, **self.encoder.graph_counts()}
 
     def submit(self, job: EmbedJob | ChatJob) -> None:
         """Queue a request.
@@ -142,14 +145,16 @@ class Engine:
                     start = time.perf_counter()
                     if self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()
-                        sign = -1.0
+                        sign, kind = -1.0, "embedding_ms"
                     elif chatting:
                         self.chats.step()
-                        sign = 1.0
+                        sign, kind = 1.0, "chat_ms"
+                        self.stats["chat_steps"] += 1
                     else:
                         continue
                     took = time.perf_counter() - start
                     self.stats["busy_ms"] += round(took * 1000)
+                    self.stats[kind] += round(took * 1000)
                     if both:
                         lead += sign * took
                 except Exception:  # the engine must outlive any one request

@@ -30,6 +30,7 @@ class EmbedJob:
     # Filled by the engine's thread, batch by batch.
     vectors: np.ndarray | None = None
     left: int = 0
+    arrived: float = 0.0  # when the engine took it (time.monotonic())
 
     WIRE = ("tokens", "config")  # what crosses to another process (see __reduce__)
 

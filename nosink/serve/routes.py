@@ -105,7 +105,9 @@ def build_app(served: Served, engine: Runs) -> Any:
         logger.exception("request failed")
         return JSONResponse(ApiError(500, "internal server error", "internal_error", kind="server_error").body(), 500)
 
-    def authorize(request: Request) -> None:
+    async def authorize(request: Request) -> None:
+        # async: FastAPI runs a plain function dependency in its thread pool, a hand-over between threads
+        # per request that waits for the interpreter lock while the event loop is busy with other requests
         if api_key is None:
             return
         given = request.headers.get("authorization", "")
