@@ -206,3 +206,19 @@ def test_a_saved_range_that_is_not_two_layer_numbers_is_named(tmp_path):
     (tmp_path / "enc" / "nosink.json").write_text(json.dumps(meta))
     with pytest.raises(OSError, match="'prepend' must be"):
         EncoderFromDecoder.from_pretrained(tmp_path / "enc")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA kernels and packing of the fast path")
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_on_cuda_the_kernels_equal_the_dense_path(spec, side):
+    model = tiny_decoder("llama", dtype=torch.bfloat16).cuda()
+    ids, mask = padded(rows(6, 20, seed=3), [20, 13, 5, 2, 17, 9], side)
+    ids, mask = ids.cuda(), mask.cuda()
+    fast = EncoderFromDecoder(model, spec, prepend=2, cuda_graphs=False)  # the fast path: CUDA's default
+    dense = EncoderFromDecoder(model, spec, prepend=2, fast_attention=False)
+    with torch.inference_mode():
+        got, want = fast(ids, mask).last_hidden_state, dense(ids, mask).last_hidden_state
+    real = mask.bool()
+    scale = max(1.0, float(want[real].float().abs().max()))
+    torch.testing.assert_close(got[real].float(), want[real].float(), atol=0.03 * scale, rtol=0)
