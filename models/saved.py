@@ -1,7 +1,10 @@
 """The saved-encoder folder: its format, its checks, and writing it whole or not at all.
 
 A saved encoder is a plain transformers folder (``config.json``, safetensors weights, tokenizer files)
-with a ``nosink.json`` beside it. :func:`replacing` builds the new folder as a hidden sibling and swaps it
+with a ``nosink.json`` beside it (format 1). A fine-tuned encoder (``nosink finetune``) is a ``nosink.json`` of
+format 2 naming its base model (a hub id or folder, or ``base/`` inside the folder when copied) and a LoRA adapter
+in ``adapter/`` (:mod:`nosink.models.adapters`); readers of format 1 refuse it with "upgrade nosink".
+:func:`replacing` builds the new folder as a hidden sibling and swaps it
 in, so a reader never sees old and new files mixed.
 
 A save killed part-way (``kill -9``, power loss) can leave hidden ``.NAME.tmp-*`` siblings behind: the
@@ -32,8 +35,10 @@ if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
 
 __all__ = [
+    "ADAPTED_FORMAT",
     "FORMAT",
     "SAVED_FILE",
+    "base_of",
     "check_saved",
     "check_sink_token",
     "check_weights",
@@ -47,7 +52,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SAVED_FILE = "nosink.json"
-FORMAT = 1  # version of the nosink.json layout
+FORMAT = 1  # version of the nosink.json layout of a saved encoder (weights in the folder)
+ADAPTED_FORMAT = 2  # a fine-tuned encoder: the base model's reference ("base") and an adapter folder ("adapter")
 
 
 def interrupted_save(path: Path) -> str:
@@ -99,17 +105,36 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
     meta = read_json(file, "re-save the encoder with save_pretrained()")
     if not isinstance(meta, dict) or not isinstance(meta.get("spec"), str):
         raise OSError(f"{where} has no 'spec' string; re-save the encoder with save_pretrained()")
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in (FORMAT, ADAPTED_FORMAT):
         raise OSError(
-            f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads format "
-            f"{FORMAT}: upgrade nosink or re-save the encoder"
+            f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads formats "
+            f"{FORMAT} and {ADAPTED_FORMAT}: upgrade nosink or re-save the encoder"
         )
+    if meta["format"] == ADAPTED_FORMAT:
+        for key in ("base", "adapter"):
+            if not isinstance(meta.get(key), str) or not meta[key]:
+                raise OSError(f"{where} (a fine-tuned encoder) has no {key!r} string; run nosink finetune again")
+        exit_layer = meta.get("exit_layer")
+        if exit_layer is not None and (not isinstance(exit_layer, int) or exit_layer < 1):
+            raise OSError(f"{where} has exit_layer {printable(repr(exit_layer))}; expected a positive integer or null")
     if "sink_token" in meta:
         try:
             check_sink_token(meta["sink_token"])
         except ValueError as err:
             raise OSError(f"{where}: {err}") from None
     return meta
+
+
+def base_of(folder: Path, saved: dict[str, Any]) -> str:
+    """The base model of a fine-tuned encoder's folder: a relative ``base`` is inside the folder, else as written.
+
+    A relative name that is no folder inside ``folder`` is a hub id (``HuggingFaceTB/SmolLM2-135M``).
+    """
+    base = saved["base"]
+    inside = folder / base
+    if not os.path.isabs(base) and inside.is_dir():
+        return str(inside)
+    return base
 
 
 def check_saved(path: Path, saved: dict[str, Any], config: Any) -> None:
