@@ -93,6 +93,7 @@ def add_lora(decoder: nn.Module, layers: Sequence[int], *, rank: int, alpha: flo
     for p in decoder.parameters():
         p.requires_grad_(False)
     peft.inject_adapter_in_model(config, decoder)
+    decoder.train(decoder.training)  # the new LoRA modules (their dropout) start in training mode: take the model's
     return config
 
 
@@ -151,12 +152,13 @@ def load_adapter(decoder: nn.Module, folder: str | os.PathLike[str]) -> Any:
         )
     for p in decoder.parameters():
         p.requires_grad_(False)
+    decoder.train(decoder.training)  # the new LoRA modules (their dropout) start in training mode: take the model's
     return config
 
 
 def adapter_layers(model: nn.Module | None) -> list[nn.Module]:
     """The LoRA layers inside ``model`` (none for ``None`` or a model without an adapter)."""
-    if model is None:
+    if not isinstance(model, nn.Module):
         return []
     try:
         from peft.tuners.tuners_utils import BaseTunerLayer

@@ -250,10 +250,17 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 inside the folder: replacing it would leave the process in a deleted folder).
             FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing.
             ValueError: for an encoder with an ``exit_layer``: the folder format has no place for it yet
-                (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder).
+                (save without it and pass ``exit_layer=`` to :meth:`from_pretrained` on the folder); for a
+                fine-tuned encoder (a LoRA adapter on its layers), whose folder ``nosink finetune`` writes.
         """
+        from .adapters import adapter_layers
         from .saved import save_encoder
 
+        if adapter_layers(self.decoder):
+            raise ValueError(
+                "this encoder has a LoRA adapter (nosink finetune): its folder is the one finetune wrote (the base "
+                "model's reference and adapter/); copy that folder, or run finetune with copy_base=True (--copy-base)"
+            )
         if self.exit_layer is not None:
             raise ValueError(
                 f"this encoder exits after layer {self.exit_layer}, which a saved folder cannot record yet: save "

@@ -89,7 +89,7 @@ def configs(given: list[tuple[str | None, Any]] | None, saved: dict[str, Any] | 
 
     if not given:
         assert saved is not None  # saved_encoder() refused a plain decoder without --spec
-        return {model: Config(saved["spec"])}
+        return {model: Config(saved["spec"], exit_layer=saved.get("exit_layer"))}
     unnamed = [config for name, config in given if name is None]
     if len(unnamed) > 1:
         raise ValueError(

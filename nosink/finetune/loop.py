@@ -106,9 +106,9 @@ def train(
                 scheduler.step()
                 state.step += 1
                 state.seconds += time.perf_counter() - start
-                state.losses.append(float(loss))
+                state.losses.append(loss.item())
                 bar.update(1)
-                bar.set_postfix(loss=f"{float(loss):.4f}")
+                bar.set_postfix(loss=f"{state.losses[-1]:.4f}")
                 if state.step % options.checkpoint_every == 0:
                     write_checkpoint(out, encoder.decoder, lora, optimizer, scheduler, state)
             write_checkpoint(out, encoder.decoder, lora, optimizer, scheduler, state)
