@@ -371,3 +371,11 @@ def test_the_command_line_trains_and_reports(base, texts_file, tmp_path, capsys)
     assert "not empty" in capsys.readouterr().err
     assert main([*argv, "--steps", "3", "--resume"]) == 0  # the later --steps wins
     assert "trained 3 steps" in capsys.readouterr().out
+
+
+def test_lora_on_the_converted_layers_only(base, texts_file, tmp_path):
+    finetune(base, "F*2 | B | M0B", texts_file, tmp_path / "out", options(steps=1, lora_layers="converted"))
+    encoder = EncoderFromDecoder.from_pretrained(tmp_path / "out")
+    assert {int(n.split(".")[1]) for n, _ in encoder.decoder.named_parameters() if "lora_" in n} == {2, 3}
+    with pytest.raises(ValueError, match="converts no layer"):
+        finetune(base, "F*", texts_file, tmp_path / "o2", options(steps=1, lora_layers="converted"))

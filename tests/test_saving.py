@@ -96,7 +96,7 @@ def test_weights_that_do_not_match_the_config_are_a_clear_error(tmp_path, change
 def test_newer_format_is_refused(tmp_path):
     EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer()).save_pretrained(tmp_path)
     _edit_json(tmp_path / "nosink.json", format=99)
-    with pytest.raises(OSError, match="has format 99; this version of nosink reads format 1"):
+    with pytest.raises(OSError, match="has format 99; this version of nosink reads formats 1 and 2"):
         EncoderFromDecoder.from_pretrained(tmp_path)
 
 

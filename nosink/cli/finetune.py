@@ -47,6 +47,8 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--rank", type=count_arg(), default=16, help="LoRA rank")
     p.add_argument("--alpha", type=positive_float, default=32.0, help="LoRA alpha")
     p.add_argument("--lora-dropout", type=_fraction, default=0.05, help="dropout on the adapter's input")
+    p.add_argument("--lora-layers", default="all", choices=["all", "converted"],
+                   help="which layers get the adapter: all the spec runs, or only the converted ones")  # fmt: skip
     p.add_argument("--attention-dropout", type=_fraction, default=0.1,
                    help="attention dropout while training (SimCSE's augmentation)")  # fmt: skip
     p.add_argument("--temperature", type=positive_float, default=0.05, help="of the contrastive losses")
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     options = FinetuneOptions(
         objectives=tuple(args.objective), steps=steps, minutes=args.minutes, batch_size=args.batch_size,
         learning_rate=args.lr, seed=args.seed, rank=args.rank, alpha=args.alpha, lora_dropout=args.lora_dropout,
+        lora_layers=args.lora_layers,
         attention_dropout=args.attention_dropout, temperature=args.temperature,
         mask_probability=args.mask_probability, max_length=args.max_length, pooling=args.pooling,
         instruction=args.instruction, exit_layer=args.exit_layer, checkpoint_every=args.checkpoint_every,

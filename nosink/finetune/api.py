@@ -58,10 +58,11 @@ def finetune(
     """Train a LoRA adapter on the encoder ``spec`` makes of ``model``, through the encoder's own layer loop.
 
     The layers run with the masks of ``spec`` during training exactly as at inference. The adapter wraps every
-    linear layer of the decoder layers the spec runs (all of them, or those below ``options.exit_layer``); the
-    base weights are frozen and never copied. The folder written holds ``nosink.json`` (format 2: the spec, the
-    base model's reference, the options) and ``adapter/``; :meth:`EncoderFromDecoder.from_pretrained` loads it, and
-    ``nosink serve`` serves chat from the base weights and embeddings through the adapter.
+    linear layer of the decoder layers the spec runs (all of them, or those below ``options.exit_layer``; with
+    ``options.lora_layers="converted"`` only those the spec converts, so that the backward pass stops at the lowest
+    of them); the base weights are frozen and never copied. The folder written holds ``nosink.json`` (format 2:
+    the spec, the base model's reference, the options) and ``adapter/``; :meth:`EncoderFromDecoder.from_pretrained`
+    loads it, and ``nosink serve`` serves chat from the base weights and embeddings through the adapter.
 
     Args:
         model: the base decoder: a hub id, a local transformers folder, or a short name (``"demo"``).
@@ -117,7 +118,9 @@ def finetune(
         decoder, spec, tokenizer, sink_token=sink_token, exit_layer=options.exit_layer
     )
     torch.manual_seed(options.seed)  # the adapter's initial values
-    layers = sorted({step.layer for step in plan.layer_steps})
+    layers = sorted({step.layer for step in plan.layer_steps if options.lora_layers == "all" or _converted(step)})
+    if not layers:
+        raise ValueError(f"{spec} converts no layer: use lora_layers='all' (--lora-layers all)")
     lora = add_lora(encoder.decoder, layers, rank=options.rank, alpha=options.alpha, dropout=options.lora_dropout)
     head = decoder.get_output_embeddings() if mntp else None
     result = train(encoder, head, lora, training, options, out, resume=resume)
@@ -140,6 +143,11 @@ def finetune(
     partial.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     partial.replace(out / SAVED_FILE)  # written last: a folder without it is not an encoder yet
     return FinetuneResult(out, result.steps, result.seconds, result.losses)
+
+
+def _converted(step: Any) -> bool:
+    # A layer step whose mask is not the stock causal one (bidirectional, backward or a sink mask).
+    return step.kind.direction != "F" or step.kind.sink is not None
 
 
 def _check_out(out: Path, resume: bool) -> None:

@@ -35,6 +35,7 @@ class FinetuneOptions:
     rank: int = 16  # LoRA rank
     alpha: float = 32.0  # LoRA scale numerator (update scaled by alpha / rank)
     lora_dropout: float = 0.05  # dropout on the adapter's input while training
+    lora_layers: str = "all"  # "all": every layer the plan runs; "converted": only those whose mask is not causal
     attention_dropout: float = 0.1  # set on the attention layers while training: SimCSE's augmentation
     temperature: float = 0.05  # of the contrastive losses (sentence-transformers' scale 20 = 1 / 0.05)
     mask_probability: float = 0.2  # MNTP: share of text tokens masked (LLM2Vec's 0.2)
@@ -77,6 +78,8 @@ class FinetuneOptions:
                 raise ValueError(f"{name} must be in [0, 1), got {printable(repr(value))}")
         if not 0 < self.mask_probability < 1:
             raise ValueError(f"mask_probability must be in (0, 1), got {printable(repr(self.mask_probability))}")
+        if self.lora_layers not in ("all", "converted"):
+            raise ValueError(f"lora_layers must be 'all' or 'converted', got {printable(repr(self.lora_layers))}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {printable(repr(self.pooling))}; expected one of {', '.join(POOLINGS)}")
         if self.exit_layer is not None:
