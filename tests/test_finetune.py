@@ -379,3 +379,24 @@ def test_lora_on_the_converted_layers_only(base, texts_file, tmp_path):
     assert {int(n.split(".")[1]) for n, _ in encoder.decoder.named_parameters() if "lora_" in n} == {2, 3}
     with pytest.raises(ValueError, match="converts no layer"):
         finetune(base, "F*", texts_file, tmp_path / "o2", options(steps=1, lora_layers="converted"))
+
+
+@pytest.mark.parametrize("family", ["qwen2", "gemma3_text", "phi3", "gpt2"])
+def test_other_families_train_through_the_same_loop_with_attention_dropout(family):
+    from tiny import tiny_decoder
+
+    encoder = EncoderFromDecoder.from_model(tiny_decoder(family), "F* | B | M0B*2", tiny_tokenizer())
+    for module in encoder.modules():  # GPT-2's config drops out embeddings and residuals too (0.1) in training mode
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    add_lora(encoder.decoder, list(range(encoder.depth)), rank=4, alpha=8, dropout=0.0)
+    with torch.no_grad():
+        for name, p in encoder.decoder.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    want = encoder.encode(TEXTS, convert_to_tensor=True)
+    encoder.train()
+    torch.testing.assert_close(embed(encoder, TEXTS).detach(), want, atol=1e-5, rtol=1e-5)
+    with torch.no_grad(), attention_dropout(encoder.decoder, 0.3) as count:
+        assert count == encoder.depth
+        assert (embed(encoder, TEXTS) - embed(encoder, TEXTS)).abs().max() > 1e-3
