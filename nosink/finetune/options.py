@@ -22,7 +22,8 @@ class FinetuneOptions:
     """How :func:`nosink.finetune.finetune` trains; every field has a default.
 
     The budget is ``steps`` optimizer steps or ``minutes`` of training, whichever ends first (at least one is
-    needed). Time is checked between steps: a run may pass ``minutes`` by the length of its last step. Several objectives are added up at every step (LLM2Vec runs MNTP and SimCSE as two stages instead).
+    needed). Time is checked between steps: a run may pass ``minutes`` by the length of its last step. Several
+    objectives are added up at every step (LLM2Vec runs MNTP and SimCSE as two stages instead).
     """
 
     objectives: tuple[str, ...] = ("simcse",)  # one or more of OBJECTIVES; mnrl reads pairs and goes alone
