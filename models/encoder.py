@@ -277,9 +277,17 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 or the current working directory or a folder above it (``save_pretrained(".")`` from
                 inside the folder: replacing it would leave the process in a deleted folder).
             FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing.
+            ValueError: for a fine-tuned encoder (a LoRA adapter on its layers), whose folder ``nosink finetune``
+                writes.
         """
+        from .adapters import adapter_layers
         from .saved import save_encoder
 
+        if adapter_layers(self.decoder):
+            raise ValueError(
+                "this encoder has a LoRA adapter (nosink finetune): its folder is the one finetune wrote (the base "
+                "model's reference and adapter/); copy that folder, or run finetune with copy_base=True (--copy-base)"
+            )
         save_encoder(self, directory)
 
     # ------------------------------------------------------------------ the layer loop

@@ -13,7 +13,16 @@ from nosink.layerspec import Spec, SpecError, as_spec
 from .configs import check_dtype
 from .families import check_attention, family_of
 from .loading import load_config, load_model, load_tokenizer, local_folder
-from .saved import SAVED_FILE, check_saved, check_sink_token, check_weights, read_saved, template_from_json
+from .saved import (
+    SAVED_FILE,
+    base_of,
+    check_saved,
+    check_sink_token,
+    check_weights,
+    is_adapted,
+    read_saved,
+    template_from_json,
+)
 from .templates import NO_TEMPLATE, as_template
 from .texts import Template
 from .weights import resolve_model
@@ -58,6 +67,12 @@ def load_encoder(
     folder = local_folder(name_or_path)
     source = str(folder) if folder is not None else str(name_or_path)
     saved = read_saved(folder) if folder is not None else None
+    adapter = None
+    if saved is not None and is_adapted(saved):
+        # A fine-tuned encoder: the base model's weights, from where nosink.json says, and the folder's adapter.
+        adapter = folder / saved["adapter"]
+        source = base_of(folder, saved)
+        exit_layer = saved.get("exit_layer") if exit_layer is None else exit_layer
     # A spec from nosink.json is the file's problem, not the caller's: its errors name the file.
     spec_file = printable(str(folder / SAVED_FILE)) if spec is None and saved is not None else None
     if spec is None and saved is None:
@@ -81,13 +96,18 @@ def load_encoder(
         if spec_file is None:
             raise
         raise SpecError(f"in {spec_file}: {err.problem}", err.spec, err.column, err.expected) from None
-    if saved is not None:
+    base_folder = local_folder(source) if adapter is not None else folder
+    if saved is not None and adapter is None:
         check_saved(folder, saved, config)
-    elif folder is not None:
-        check_weights(folder)
+    elif base_folder is not None:
+        check_weights(base_folder)
     tokenizer = load_tokenizer(source, **hf_kwargs)  # before the weights: it is cheap, and can be refused
     decoder = load_model(
-        source, dtype=dtype, attn_implementation=attn_implementation, saved=saved is not None, **hf_kwargs
+        source,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        saved=saved is not None and adapter is None,
+        **hf_kwargs,
     )
     sink_file = None
     if sink_token is None:
@@ -97,6 +117,10 @@ def load_encoder(
         decoder, spec, tokenizer, sink_token=sink_token, exit_layer=exit_layer, fast_attention=fast_attention,
         pack_padding=pack_padding, compile=compile, cuda_graphs=cuda_graphs, prepend=prepend, template=template,
     )  # fmt: skip
+    if adapter is not None:
+        from .adapters import load_adapter
+
+        load_adapter(encoder.decoder, adapter)
     if tokenizer is not None:
         try:
             encoder.sink_ids()  # a sink token the tokenizer lacks fails here, not at the first encode()

@@ -1,7 +1,10 @@
 """The saved-encoder folder: its format, its checks, and writing it whole or not at all.
 
 A saved encoder is a plain transformers folder (``config.json``, safetensors weights, tokenizer files)
-with a ``nosink.json`` beside it. :func:`replacing` builds the new folder as a hidden sibling and swaps it
+with a ``nosink.json`` beside it (format 1). A fine-tuned encoder (``nosink finetune``) is a ``nosink.json`` of
+format 2 naming its base model (a hub id or folder, or ``base/`` inside the folder when copied) and a LoRA adapter
+in ``adapter/`` (:mod:`nosink.models.adapters`); readers of format 1 refuse it with "upgrade nosink".
+:func:`replacing` builds the new folder as a hidden sibling and swaps it
 in, so a reader never sees old and new files mixed.
 
 A save killed part-way (``kill -9``, power loss) can leave hidden ``.NAME.tmp-*`` siblings behind: the
@@ -33,8 +36,11 @@ if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
 
 __all__ = [
+    "ADAPTED_FORMAT",
     "FORMAT",
     "SAVED_FILE",
+    "base_of",
+    "is_adapted",
     "check_saved",
     "check_sink_token",
     "check_weights",
@@ -50,8 +56,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SAVED_FILE = "nosink.json"
-FORMAT = 2  # version of the nosink.json layout: 2 added the optional exit_layer, template and prepend
-READS = (1, 2)  # the versions this one reads (a format-1 folder has no exit, template or prepend)
+FORMAT = 2  # version of the nosink.json layout: 2 added the optional exit_layer, template, prepend, base and adapter
+READS = (1, 2)  # the versions this one reads (a format-1 folder has none of them)
+ADAPTED_FORMAT = FORMAT  # a fine-tuned encoder's: the base model's reference ("base") and an adapter folder ("adapter")
 
 
 def interrupted_save(path: Path) -> str:
@@ -110,6 +117,10 @@ def read_saved(name_or_path: str | os.PathLike[str]) -> dict[str, Any] | None:
             f"{where} has format {printable(repr(meta.get('format')))}; this version of nosink reads formats "
             f"{' and '.join(map(str, READS))}: upgrade nosink or re-save the encoder"
         )
+    if "base" in meta or "adapter" in meta:  # a fine-tuned encoder (see is_adapted)
+        for key in ("base", "adapter"):
+            if not isinstance(meta.get(key), str) or not meta[key]:
+                raise OSError(f"{where} (a fine-tuned encoder) has no {key!r} string; run nosink finetune again")
     try:
         if "sink_token" in meta:
             check_sink_token(meta["sink_token"])
@@ -167,6 +178,23 @@ def template_from_json(value: Any) -> Template | None:
     return Template(
         tuple(value["formats"]), target=value.get("target", "text"), copy=value.get("copy"), name=value.get("name", "")
     )
+
+
+def is_adapted(saved: dict[str, Any]) -> bool:
+    """Whether a folder's ``nosink.json`` is a fine-tuned encoder's: a base model's reference and an adapter."""
+    return saved.get("adapter") is not None
+
+
+def base_of(folder: Path, saved: dict[str, Any]) -> str:
+    """The base model of a fine-tuned encoder's folder: a relative ``base`` is inside the folder, else as written.
+
+    A relative name that is no folder inside ``folder`` is a hub id (``HuggingFaceTB/SmolLM2-135M``).
+    """
+    base = saved["base"]
+    inside = folder / base
+    if not os.path.isabs(base) and inside.is_dir():
+        return str(inside)
+    return base
 
 
 def check_saved(path: Path, saved: dict[str, Any], config: Any) -> None:

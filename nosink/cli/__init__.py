@@ -17,7 +17,7 @@ import sys
 import traceback
 
 from nosink.checks import printable
-from nosink.cli import corpus, demo, encode, eval, inspect, plan, serve, tune
+from nosink.cli import corpus, demo, encode, eval, finetune, inspect, plan, serve, tune
 from nosink.cli.args import DATA_ENV, Parser, RawDescriptionHelpFormatter
 
 __all__ = ["DATA_ENV", "build_parser", "main"]
@@ -32,6 +32,7 @@ EPILOG = f"""examples:
   nosink encode MODEL --spec "F* | M0B*4" --template PromptEOL --exit-layer 20 --text "hello" -o v.npy
   nosink eval study demo --data DATA --out study/ --tasks sts ner --templates instruction PromptEOL
   nosink tune demo --task sts --data pairs.tsv --out my-encoder --budget 4000
+  nosink finetune demo --spec "F* | M0B*4" --data texts.txt --out tuned/ --minutes 20
   python -m nosink plan "F* | M0B*4" --depth 30  # the same command line, without the script
 
 MODEL is a hub id, a local transformers folder, or a folder written by save_pretrained;
@@ -45,7 +46,7 @@ environment variable {DATA_ENV} (holding conll2003/, stsb/, banking77/, emotion/
 """
 
 # In the order of `nosink --help`; each module adds its command with `add_parser(commands)`.
-COMMANDS = (demo, encode, corpus, eval, inspect, plan, serve, tune)
+COMMANDS = (demo, encode, corpus, eval, finetune, inspect, plan, serve, tune)
 
 # What a user can cause (bad input, a missing or broken file, an unreachable hub): shown without the class name.
 _EXPECTED = (ValueError, OSError, RuntimeError)

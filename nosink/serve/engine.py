@@ -20,6 +20,7 @@ import torch
 
 from nosink.layerspec import Plan
 from nosink.models import EncoderFromDecoder
+from nosink.models.adapters import adapter_layers, adapters_off
 from nosink.serve.embedding import Batches
 from nosink.serve.generation import Chats, emit
 from nosink.serve.jobs import ChatJob, EmbedJob
@@ -84,6 +85,8 @@ class Engine:
         self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
         self.batches = Batches(encoder, limits, self.stats, plans)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
+        # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
+        self.adapters = adapter_layers(lm)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from other threads
@@ -147,7 +150,8 @@ class Engine:
                         self.batches.step()
                         sign, kind = -1.0, "embedding_ms"
                     elif chatting:
-                        self.chats.step()
+                        with adapters_off(self.adapters):
+                            self.chats.step()
                         sign, kind = 1.0, "chat_ms"
                         self.stats["chat_steps"] += 1
                     else:

@@ -65,8 +65,13 @@ def load_model(
 ) -> tuple[torch.nn.Module, Any]:
     """The model to serve and its tokenizer, loaded once: a causal LM (with its head) for chat, else the bare decoder.
 
+    A fine-tuned encoder's folder (``nosink finetune``) loads its base model, with the folder's LoRA adapter
+    wrapped around the base layers in place (one copy of the base weights): the engine switches the adapter off
+    for chat steps (:func:`nosink.models.adapters.adapters_off`), so chat runs the base model and embeddings the
+    fine-tuned encoder.
+
     Args:
-        name_or_path: a hub id or a local transformers folder.
+        name_or_path: a hub id, a local transformers folder, or a fine-tuned encoder's folder.
         chat: load the LM head too (a causal LM); ``False`` loads the bare decoder.
         dtype: the weights' dtype (``torch.bfloat16``, ``"float32"``, ...); the checkpoint's by default.
         device: where to put the model.
@@ -75,9 +80,15 @@ def load_model(
         OSError: if there is no such model, or its weights do not fit its config.
         ValueError: for an unknown dtype name, or a device this machine does not have (:func:`check_device`).
     """
-    from nosink.models.loading import load_config, load_model, load_tokenizer
+    from nosink.models.loading import load_config, load_model, load_tokenizer, local_folder
+    from nosink.models.saved import base_of, is_adapted, read_saved
 
     device = check_device(device)  # before the weights are read
+    folder = local_folder(name_or_path)
+    saved = read_saved(folder) if folder is not None else None
+    adapter = None
+    if saved is not None and is_adapted(saved):
+        adapter, name_or_path = folder / saved["adapter"], base_of(folder, saved)
     load_config(name_or_path)  # a missing folder fails here, with the library's message
     try:
         model = load_model(name_or_path, dtype=dtype, attn_implementation="sdpa", saved=False, head=chat)
@@ -85,6 +96,10 @@ def load_model(
         if chat and "no LM head" in str(err):
             raise OSError(f"{err} (serve it with --no-chat, chat=False)") from None
         raise
+    if adapter is not None:
+        from nosink.models.adapters import load_adapter
+
+        load_adapter(getattr(model, model.base_model_prefix, model), adapter)  # the bare decoder, as the encoder's
     tokenizer = load_tokenizer(name_or_path)
     if tokenizer is None:
         raise OSError(f"{name_or_path} has no tokenizer: the server needs one")
