@@ -9,9 +9,8 @@ import torch
 
 pytest.importorskip("peft")
 
-import transformers as tf
 from safetensors.torch import load_file, save_file
-from tiny import CONFIGS, tiny_tokenizer
+from tiny import tiny_chat_model, tiny_tokenizer
 
 from nosink.finetune import FinetuneOptions, finetune
 from nosink.finetune.dropout import attention_dropout
@@ -25,23 +24,9 @@ TEXTS = [
     "the cat sat on the mat", "a dog ran in the park", "paris is the capital of france", "i like good food",
     "we hate bad loan", "london is a city of england", "what is the river", "you love very good money",
 ]  # fmt: skip
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s> {% endif %}"
-)
 
 
-def tiny_lm(seed: int = 0):
-    """A seeded random LlamaForCausalLM over the test tokenizer's words, and the tokenizer (with a chat template)."""
-    tok = tiny_tokenizer()
-    tok.chat_template = TEMPLATE
-    config = CONFIGS["llama"]()
-    config.vocab_size = len(tok)
-    torch.manual_seed(seed)
-    lm = tf.LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in lm.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return lm.eval(), tok
+tiny_lm = tiny_chat_model  # a causal LM with a chat template (chat through the server)
 
 
 @pytest.fixture

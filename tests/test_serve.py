@@ -30,7 +30,7 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import transformers as tf  # noqa: E402
-from tiny import CONFIGS, tiny_tokenizer  # noqa: E402
+from tiny import CHAT_TEMPLATE, tiny_chat_model  # noqa: E402
 
 import nosink.serve  # noqa: E402
 from nosink.models import texts as nosink_texts  # noqa: E402
@@ -43,26 +43,10 @@ ROOT = Path(__file__).resolve().parents[1]
 KEY = "test-key"
 SPEC = "F* | M0B*2"
 PROMPTS = {"query": "what is ", "doc": "i like "}
-TEMPLATE = (
-    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s> {% endif %}"
-)
+TEMPLATE = CHAT_TEMPLATE
 LIMITS = Limits(max_inputs=4, max_tokens_per_text=12, max_body_bytes=4000, max_new_tokens=2000)
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "paris is the capital of france"]
 CHAT = [{"role": "user", "content": "the cat"}]
-
-
-def tiny_chat_model(seed: int = 0):
-    """A seeded random LlamaForCausalLM over the test tokenizer's words, and that tokenizer with a chat template."""
-    tok = tiny_tokenizer()
-    tok.chat_template = TEMPLATE
-    config = CONFIGS["llama"]()
-    config.vocab_size = len(tok)
-    torch.manual_seed(seed)
-    lm = tf.LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in lm.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return lm.eval(), tok
 
 
 # With pytest-xdist this file's tests run on one worker (--dist loadgroup): its servers start once.

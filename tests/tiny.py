@@ -57,3 +57,22 @@ def tiny_tokenizer(bos: bool = True):
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", eos_token="</s>", bos_token="<s>" if bos else None
     )
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<s> {% endif %}"
+)
+
+
+def tiny_chat_model(seed: int = 0):
+    """A seeded random LlamaForCausalLM over the test tokenizer's words, and that tokenizer with a chat template."""
+    tok = tiny_tokenizer()
+    tok.chat_template = CHAT_TEMPLATE
+    config = CONFIGS["llama"]()
+    config.vocab_size = len(tok)
+    torch.manual_seed(seed)
+    lm = tf.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in lm.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return lm.eval(), tok
