@@ -34,6 +34,7 @@ __all__ = [
     "packs",
     "prepare",
     "prepended",
+    "prepends",
     "route_of",
 ]
 
@@ -174,6 +175,24 @@ def packs(layout: Layout, plans: Sequence[Plan], pack_padding: bool | None, grap
     # Below this share the saving is a few percent at most, against a gather, a scatter and the index
     # bookkeeping per batch (a judgement: not yet measured).
     return layout.total <= (1 - PACK_MIN_PADDING) * layout.real.numel()
+
+
+def prepends(plans: Sequence[Plan]) -> bool:
+    """Whether a batch under ``plans`` holds Token Prepending's placeholder (all of them must agree).
+
+    Raises:
+        ValueError: if some plans prepend and others do not: the placeholder is a token of the input, so they
+            cannot share a batch.
+    """
+    flags = {plan.prepend is not None for plan in plans}
+    if len(flags) > 1:
+        names = ", ".join(repr(plan.name) for plan in plans)
+        raise ValueError(
+            f"plans that prepend a placeholder and plans that do not cannot share a batch ({names}): the "
+            "placeholder is a token of the input; run them in separate calls (an encoder with prepend= for one, "
+            "without for the other: EncoderFromDecoder.from_model shares the weights)"
+        )
+    return flags == {True}
 
 
 def prepended(hidden: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -15,7 +15,7 @@ from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, as_spec
 
 from .attention import Layout, Packed, varlen_ready
-from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, route_of
+from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, prepends, route_of
 from .encoding import TextEncoding
 from .families import DecoderParts
 from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
@@ -24,7 +24,7 @@ from .saved import check_sink_token
 from .templates import as_template
 from .texts import Template
 
-__all__ = ["EncoderFromDecoder", "EncoderOutput", "prepends", "shared_prefix"]
+__all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
 
@@ -492,7 +492,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
                 own ``exit_layer`` (all layers unless it was built with one). Pass the depth for a full plan
                 from an encoder that exits early.
             prepend: Token Prepending (see the class docstring); ``None``: the encoder's own; ``0``: none. Plans
-                that prepend and plans that do not cannot share a batch (see :func:`prepends`).
+                that prepend and plans that do not cannot share a batch (see :func:`~nosink.models.batch.prepends`).
 
         Raises:
             SpecError: if the spec does not fit this decoder (or its first ``exit_layer`` layers).
@@ -589,21 +589,3 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             f"spec={str(self.spec)!r}, family={self.parts.family.name}, depth={self.parts.depth}"
             f"{exit_layer}{prepend}{template}"
         )
-
-
-def prepends(plans: Sequence[Plan]) -> bool:
-    """Whether a batch under ``plans`` holds Token Prepending's placeholder (all of them must agree).
-
-    Raises:
-        ValueError: if some plans prepend and others do not: the placeholder is a token of the input, so they
-            cannot share a batch.
-    """
-    flags = {plan.prepend is not None for plan in plans}
-    if len(flags) > 1:
-        names = ", ".join(repr(plan.name) for plan in plans)
-        raise ValueError(
-            f"plans that prepend a placeholder and plans that do not cannot share a batch ({names}): the "
-            "placeholder is a token of the input; run them in separate calls (an encoder with prepend= for one, "
-            "without for the other: EncoderFromDecoder.from_model shares the weights)"
-        )
-    return flags == {True}
