@@ -17,7 +17,7 @@ from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, 
 from .attention import Layout, Packed, varlen_ready
 from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, prepends, route_of
 from .encoding import TextEncoding
-from .families import DecoderParts
+from .families import DecoderParts, LayerCompileError
 from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
 from .pretrained import load_encoder
 from .saved import check_sink_token
@@ -83,9 +83,13 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             padding; ``False``: never.
         compile: ``torch.compile`` the decoder layers (``True``, or a dict of its keyword arguments); layers
             of one class share one graph, so the first batches are slow once per layer type and mask path.
+            ``None`` (default): only the layer loop that CUDA graphs capture (see ``cuda_graphs``) runs compiled,
+            compiled at the first capture (about 10-15 s once), and uncompiled with a warning where torch cannot
+            compile; batches that replay no graph (CPU, float32, long rows, one-off shapes) never compile.
+            ``False``: never.
         cuda_graphs: replay packed batches through CUDA graphs of the whole layer loop (:mod:`nosink.models.graphs`):
             one launch per batch instead of one per kernel, the same results to rounding. ``True`` (default):
-            wherever it applies: on the fast path on CUDA in float16 or bfloat16, not compiled, for batches of
+            wherever it applies: on the fast path on CUDA in float16 or bfloat16, for batches of
             rows up to 1,024 tokens (these then run packed, unless ``pack_padding=False``), under ``torch.no_grad``
             or ``inference_mode`` (as in :meth:`encode`); a shape is captured at its second batch, and moved or cast
             weights get graphs of their own. ``False``: never.
@@ -124,7 +128,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         fast_attention: bool | None = None,
         exit_layer: int | None = None,
         pack_padding: bool | None = None,
-        compile: bool | dict[str, Any] = False,
+        compile: bool | dict[str, Any] | None = None,
         cuda_graphs: bool = True,
         prepend: int | tuple[int, int] | None = None,
         template: Template | str | None = None,
@@ -154,8 +158,10 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         self.cuda_graphs = cuda_graphs
         self._graphs: LayerGraphs | None = None  # made at the first batch that can use them
         self._graphs_owner: tuple[Any, ...] | None = None  # the weights they were captured with (see _replay)
-        if compile is not False:
+        if compile is not None and compile is not False:
             self.parts.compile_layers({} if compile is True else compile)
+        self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
+        self._compile_default = False  # set when that happened (then a failure to compile is not an error)
         self.eval()
 
     @property
@@ -203,7 +209,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         exit_layer: int | None = None,
         fast_attention: bool | None = None,
         pack_padding: bool | None = None,
-        compile: bool | dict[str, Any] = False,
+        compile: bool | dict[str, Any] | None = None,
         cuda_graphs: bool = True,
         prepend: int | tuple[int, int] | None = None,
         template: Template | str | None = None,
@@ -424,13 +430,27 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         if self._graphs is None or self._graphs_owner != owner:
             self._graphs, self._graphs_owner = LayerGraphs(device), owner
 
-        def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
-            # The function captured: the layer loop over a stream of the graph's own inputs.
+        def loop(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
+            # The layer loop over a stream of the graph's own inputs.
             run = Batch(None, None, positions, None, False, {}, stream, stream, ids, batch.prepend)
             self._embed(run)
             out: dict[str, torch.Tensor] = {}
             self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
             return out
+
+        def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
+            # The function captured: the loop, compiled where the encoder compiles the graphs' layers. It is run
+            # once before each capture, so a compilation (or its failure) happens outside the capture.
+            if self._graph_compiles():
+                try:
+                    with self.parts.compiled_calls():
+                        return loop(ids, positions, stream)
+                except LayerCompileError as err:
+                    if not self._compile_default or torch.cuda.is_current_stream_capturing():
+                        raise
+                    logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
+                    self.parts.drop_compiled()
+            return loop(ids, positions, stream)
 
         windows = [step.window for plan in plans for step in plan.layer_steps if step.window is not None]
         return self._graphs.run(
@@ -438,6 +458,17 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
             window=min(windows, default=None),
         )  # fmt: skip
+
+    def _graph_compiles(self) -> bool:
+        # Whether the graphs' layer loop runs compiled: with compile=True (or a dict) always; with compile=None (the
+        # default) from the first capture on, where this torch can compile.
+        if self._compile_in_graphs:
+            self._compile_in_graphs, self._compile_default = False, True  # one try
+            try:
+                self.parts.compile_layers({}, everywhere=False)
+            except RuntimeError as err:  # torch._dynamo unsupported here
+                logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
+        return self.parts._compiled is not None
 
     def _graphs_apply(self, device: torch.device, longest: int) -> bool:
         # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see
@@ -447,7 +478,6 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
             self.cuda_graphs
             and longest <= GRAPH_MAX_LENGTH
             and device.type == "cuda"
-            and self.parts._compiled is None
             and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
         )
 

@@ -22,6 +22,9 @@ changes.
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,6 +41,7 @@ __all__ = [
     "SUPPORTED_ATTENTION",
     "DecoderParts",
     "Family",
+    "LayerCompileError",
     "UnsupportedModelError",
     "base_model_of",
     "check_attention",
@@ -89,6 +93,10 @@ def _layer_call(
     if learned:
         return layer(hidden, attention_mask=mask, use_cache=False, **kwargs)
     return layer(hidden, attention_mask=mask, position_embeddings=context, position_ids=position_ids, **kwargs)
+
+
+class LayerCompileError(RuntimeError):
+    """``torch.compile`` could not compile a decoder layer (its backend failed)."""
 
 
 class UnsupportedModelError(ValueError):
@@ -212,13 +220,16 @@ class DecoderParts:
             self.windows = (window,) * self.depth
         self._fast_views: dict[int, nn.Module] = {}  # layer index -> its view on the fast path, made once
         self._compiled: Any = None  # the compiled layer call (compile_layers), else None
+        self._compiled_everywhere = True  # False: only calls inside compiled_calls() run compiled
+        self._local = threading.local()  # .compiled: this thread is inside compiled_calls()
 
-    def compile_layers(self, options: dict[str, Any]) -> None:
-        """Run every layer call through one ``torch.compile``-d function, with ``options`` for ``torch.compile``.
+    def compile_layers(self, options: dict[str, Any], everywhere: bool = True) -> None:
+        """Run layer calls through one ``torch.compile``-d function, with ``options`` for ``torch.compile``.
 
         The layer is an argument of that function, so layers of one class share a graph (their parameters
         are graph inputs), and sequence lengths are dynamic by default (``dynamic=True``): no recompilation
         per layer index or per batch shape. Attention kernels of the fast path stay outside the graph.
+        ``everywhere=False``: only the calls made inside :meth:`compiled_calls` (the encoder's CUDA graphs).
 
         Raises:
             TypeError: if ``options`` is not a dict.
@@ -226,7 +237,7 @@ class DecoderParts:
         """
         if not isinstance(options, dict):
             raise TypeError(
-                f"compile must be True, False or a dict of torch.compile arguments, got {type(options).__name__}"
+                f"compile must be True, False, None or a dict of torch.compile arguments, got {type(options).__name__}"
             )
         compile_fn = getattr(torch, "compile", None)
         dynamo = getattr(torch, "_dynamo", None)
@@ -236,6 +247,26 @@ class DecoderParts:
                 "encoder with compile=False (the default)"
             )
         self._compiled = compile_fn(_layer_call, **({"dynamic": True} | options))
+        self._compiled_everywhere = everywhere
+
+    def drop_compiled(self) -> None:
+        """Call the layers uncompiled from now on."""
+        self._compiled = None
+
+    @contextmanager
+    def compiled_calls(self) -> Iterator[None]:
+        """Layer calls of this thread inside the block run compiled (where :meth:`compile_layers` was called)."""
+        before = getattr(self._local, "compiled", False)
+        self._local.compiled = True
+        try:
+            yield
+        finally:
+            self._local.compiled = before
+
+    @property
+    def compiles(self) -> bool:
+        """Whether a layer called now (in this thread) runs compiled."""
+        return self._compiled is not None and (self._compiled_everywhere or getattr(self._local, "compiled", False))
 
     @property
     def attn_implementation(self) -> str:
@@ -297,13 +328,13 @@ class DecoderParts:
         learned = self.family.positions == "learned"
         if self.family.positions == "rotary_per_layer_type":
             context = context[self.layer_types[index]]  # type: ignore[index]
-        if self._compiled is not None and weights is None:
+        if weights is None and self.compiles:
             try:
                 out = self._compiled(layer, hidden, mask, context, position_ids, route, learned)
             except Exception as err:
                 if type(err).__name__ != "BackendCompilerFailed":
                     raise
-                raise RuntimeError(
+                raise LayerCompileError(
                     f"torch.compile could not compile layer {index} ({err}); build the encoder with "
                     "compile=False, or another backend, e.g. compile={'backend': 'aot_eager'}"
                 ) from err

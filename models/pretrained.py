@@ -45,7 +45,7 @@ def load_encoder(
     exit_layer: int | None,
     fast_attention: bool | None,
     pack_padding: bool | None,
-    compile: bool | dict[str, Any],
+    compile: bool | dict[str, Any] | None,
     cuda_graphs: bool = True,
     prepend: int | tuple[int, int] | None = None,
     template: Template | str | None = None,

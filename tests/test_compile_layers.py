@@ -84,7 +84,7 @@ def test_inductor_compiles_the_packed_fast_path():
 
 def test_compile_errors():
     model = tiny_decoder("llama")
-    with pytest.raises(TypeError, match="compile must be True, False or a dict"):
+    with pytest.raises(TypeError, match="compile must be True, False, None or a dict"):
         EncoderFromDecoder(model, "F*", compile="max-autotune")
 
     def broken(graph, example_inputs):

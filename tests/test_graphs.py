@@ -67,13 +67,17 @@ needs_kernel = pytest.mark.skipif(
     not torch.cuda.is_available() or not varlen_ready(torch.device("cuda"), torch.bfloat16),
     reason="CUDA graphs replay the variable-length flash kernel: CUDA and bfloat16 only",
 )
+COMPILED_TOL = 0.06  # compiled kernels (fused norms, RoPE, MLP) round bf16 differently from the eager ones
 SPECS = ["F*", "B*", "R*", "M0F*", "M0B*", "M2B*", "F* | M0B*2", "F | B | R | M1B", "F* | INTER(R*2)"]
 
 
 def encoders(family, spec, **kwargs):
+    """An encoder replaying graphs (of uncompiled layers unless ``compile`` is given: the very kernels of the eager
+    path) and one that never does, over one model."""
     model = tiny_decoder(family, dtype=torch.bfloat16).cuda()
     make = EncoderFromDecoder.from_model
-    return make(model, spec, tiny_tokenizer(), **kwargs), make(model, spec, tiny_tokenizer(), cuda_graphs=False)
+    graphs = make(model, spec, tiny_tokenizer(), **({"compile": False} | kwargs))
+    return graphs, make(model, spec, tiny_tokenizer(), cuda_graphs=False)
 
 
 def batch(rows, seq, seed):
@@ -84,10 +88,10 @@ def batch(rows, seq, seed):
     return ids.cuda(), mask.cuda()
 
 
-def close(got, want, mask):
+def close(got, want, mask, tol=0.03):
     real = mask.bool()
     scale = max(1.0, float(want[real].float().abs().max()))
-    torch.testing.assert_close(got[real].float(), want[real].float(), atol=0.03 * scale, rtol=0)
+    torch.testing.assert_close(got[real].float(), want[real].float(), atol=tol * scale, rtol=0)
 
 
 def cuts(encoder):
@@ -202,7 +206,7 @@ def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(mo
             return None  # "run it as it is"
 
     monkeypatch.setattr(module, "LayerGraphs", Recorder)
-    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", fast_attention=True)
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", fast_attention=True, compile=False)
     monkeypatch.setattr(encoder, "_graphs_apply", lambda device, longest: True)
     ids, mask = torch.randint(3, 96, (2, 9)), torch.ones(2, 9, dtype=torch.long)
     encoder(ids, mask)  # grad enabled: no replay
@@ -214,3 +218,58 @@ def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(mo
         encoder.double()  # new storage for every weight
         encoder(ids, mask)
     assert len(made) == 2 and made[1].batches == 1
+
+
+# ---------------------------------------------------------------- compile=None: the replayed layer loop compiled
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()  # one compiled function serves every layer class: no recompile limit carried over
+    yield
+    torch._dynamo.reset()
+
+
+def test_the_default_compiles_nothing_off_the_graphs(monkeypatch):
+    # On CPU no batch replays a graph, so nothing compiles; where torch cannot compile, the graphs' layers run
+    # uncompiled with a warning (not an error: the user asked for nothing).
+    encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
+    encoder.encode(["a few words", "and a few more"], show_progress_bar=False)
+    assert encoder.parts._compiled is None
+    monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
+    assert encoder._graph_compiles() is False and encoder._graph_compiles() is False  # tried once
+    assert encoder.parts._compiled is None
+    with pytest.raises(RuntimeError, match=r"torch\.compile is not available"):  # asked for: an error
+        EncoderFromDecoder(tiny_decoder("llama"), "F*", compile=True)
+
+
+@needs_kernel
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2", "olmo2"])  # not gemma3: its window cuts these rows
+def test_the_default_replays_compiled_layers(family, fresh_dynamo):
+    graphs, eager = encoders(family, "F* | M0B*2", compile=None)
+    for seed in range(4):
+        ids, mask = batch(6, 20, seed)
+        with torch.inference_mode():
+            got = graphs(ids, mask).last_hidden_state
+            want = eager(ids, mask).last_hidden_state
+        close(got, want, mask, tol=COMPILED_TOL)
+    assert graphs.parts._compiled is not None and not graphs.parts._compiled_everywhere
+    assert eager.parts._compiled is None  # an encoder that replays no graph compiles nothing
+    assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
+
+
+@needs_kernel
+def test_a_failed_compilation_leaves_the_graphs_uncompiled(monkeypatch, fresh_dynamo, caplog):
+    def broken(graph, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    graphs, eager = encoders("llama", "F* | M0B*2", compile=None)
+    compile_layers = graphs.parts.compile_layers
+    monkeypatch.setattr(graphs.parts, "compile_layers", lambda options, everywhere=True: compile_layers(
+        {"backend": broken}, everywhere))  # fmt: skip
+    for seed in range(4):
+        ids, mask = batch(6, 20, seed)
+        with torch.inference_mode():
+            close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
+    assert "the CUDA graphs' layers run uncompiled" in caplog.text and "no compiler here" in caplog.text
+    assert graphs.parts._compiled is None and graphs._graphs.replays == 3 and graphs._graphs.broken is None

@@ -25,6 +25,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--arch", default="qwen2.5-0.5b")
 p.add_argument("--spec", default="F* | M0B*12")
 p.add_argument("--tokenizer", required=True)
+p.add_argument("--torch-profile", action="store_true", help="also the torch profiler's tables of 5 batches of 64")
 args = p.parse_args()
 tok = tf.AutoTokenizer.from_pretrained(args.tokenizer)
 config = ARCHS[args.arch]()
@@ -61,6 +62,18 @@ def step(n: int, per: int, profile: bool = False) -> float:
 for n, per in [(32, 1), (32, 1), (32, 32), (128, 1), (128, 128), (128, 1), (128, 128)]:
     took = step(n, per)
     print(f"{n} texts in {n // per} requests: {took * 1000:.1f} ms ({n / took:,.0f} texts/s)", flush=True)
+for n in (1, 8, 16, 32, 48, 64, 96, 128):
+    took = sorted(step(n, 1) for _ in range(7))[3]
+    print(f"batch of {n} one-text requests: median {took * 1000:.2f} ms ({n / took:,.0f} texts/s)", flush=True)
+if args.torch_profile:
+    from torch.profiler import ProfilerActivity, profile
+
+    step(64, 1)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step(64, 1)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12))
 tokens = T.tokenize(tok, texts[:128], sink=sink)
 for _ in range(3):
     torch.cuda.synchronize()
