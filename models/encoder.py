@@ -14,12 +14,12 @@ from torch import nn
 from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, as_spec
 
-from .attention import Layout, Packed, varlen_ready
+from .attention import Layout
 from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, prepends, route_of
 from .encoding import TextEncoding
-from .families import DecoderParts, LayerCompileError
-from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
+from .families import DecoderParts
 from .pretrained import load_encoder
+from .replaying import GraphReplay
 from .saved import check_sink_token
 from .templates import as_template
 from .texts import Template
@@ -58,7 +58,7 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
-class EncoderFromDecoder(TextEncoding, nn.Module):
+class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
     """A text encoder that runs a decoder's own layers, each with the mask its spec gives it.
 
     The module owns the layer loop: embeddings, then each step of the resolved plan (a
@@ -153,15 +153,7 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         if pack_padding not in (None, True, False):
             raise TypeError(f"pack_padding must be None, True or False, got {printable(repr(pack_padding))}")
         self.pack_padding = pack_padding
-        if cuda_graphs not in (True, False):
-            raise TypeError(f"cuda_graphs must be True or False, got {printable(repr(cuda_graphs))}")
-        self.cuda_graphs = cuda_graphs
-        self._graphs: LayerGraphs | None = None  # made at the first batch that can use them
-        self._graphs_owner: tuple[Any, ...] | None = None  # the weights they were captured with (see _replay)
-        if compile is not None and compile is not False:
-            self.parts.compile_layers({} if compile is True else compile)
-        self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
-        self._compile_default = False  # set when that happened (then a failure to compile is not an error)
+        self._setup_graphs(cuda_graphs, compile)
         self.eval()
 
     @property
@@ -405,81 +397,6 @@ class EncoderFromDecoder(TextEncoding, nn.Module):
         out: dict[str, torch.Tensor] = {}
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
         return {name: batch.unpack(hidden) for name, hidden in out.items()}
-
-    def graph_counts(self) -> dict[str, int]:
-        """CUDA graphs of the layer loop so far: ``graphs`` captured (at most ``GRAPH_LIMIT``) and batches replayed
-        through one (``graph_replays``); both 0 where graphs are off or unused."""
-        graphs = self._graphs
-        return {
-            "graphs": 0 if graphs is None else len(graphs.graphs),
-            "graph_replays": 0 if graphs is None else graphs.replays,
-        }
-
-    def _replay(self, plans: list[Plan], batch: Batch) -> dict[str, torch.Tensor] | None:
-        # A packed batch through the CUDA graph of its plans and bucket (models/graphs.py); None: run it as it is.
-        packed, device = batch.packed, batch.position_ids.device
-        if packed is None or packed.lengths is None or not self._graphs_apply(device, packed.max_length):
-            return None
-        if torch.is_grad_enabled():  # a replay records no autograd graph: only under no_grad or inference_mode
-            return None
-        # Graphs hold the addresses of the weights they were captured with: moved or cast weights (.to(), .half())
-        # get graphs of their own, never stale ones.
-        weights = self.parts.embed_tokens.weight
-        top = next(self.parts.layers[-1].parameters())
-        owner = (device, weights.dtype, weights.data_ptr(), top.data_ptr())
-        if self._graphs is None or self._graphs_owner != owner:
-            self._graphs, self._graphs_owner = LayerGraphs(device), owner
-
-        def loop(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
-            # The layer loop over a stream of the graph's own inputs.
-            run = Batch(None, None, positions, None, False, {}, stream, stream, ids, batch.prepend)
-            self._embed(run)
-            out: dict[str, torch.Tensor] = {}
-            self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
-            return out
-
-        def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
-            # The function captured: the loop, compiled where the encoder compiles the graphs' layers. It is run
-            # once before each capture, so a compilation (or its failure) happens outside the capture.
-            if self._graph_compiles():
-                try:
-                    with self.parts.compiled_calls():
-                        return loop(ids, positions, stream)
-                except LayerCompileError as err:
-                    if not self._compile_default or torch.cuda.is_current_stream_capturing():
-                        raise
-                    logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
-                    self.parts.drop_compiled()
-            return loop(ids, positions, stream)
-
-        windows = [step.window for plan in plans for step in plan.layer_steps if step.window is not None]
-        return self._graphs.run(
-            tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, body,
-            take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
-            window=min(windows, default=None),
-        )  # fmt: skip
-
-    def _graph_compiles(self) -> bool:
-        # Whether the graphs' layer loop runs compiled: with compile=True (or a dict) always; with compile=None (the
-        # default) from the first capture on, where this torch can compile.
-        if self._compile_in_graphs:
-            self._compile_in_graphs, self._compile_default = False, True  # one try
-            try:
-                self.parts.compile_layers({}, everywhere=False)
-            except RuntimeError as err:  # torch._dynamo unsupported here
-                logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
-        return self.parts._compiled is not None
-
-    def _graphs_apply(self, device: torch.device, longest: int) -> bool:
-        # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see
-        # batch.packs). Long rows keep the GPU busy on their own: there graphs save nothing, and forcing an unpadded
-        # batch of them to pack was slower (benchmarks/results/texts-gpu-h200/README.md).
-        return (
-            self.cuda_graphs
-            and longest <= GRAPH_MAX_LENGTH
-            and device.type == "cuda"
-            and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
-        )
 
     def _embed(self, batch: Batch) -> None:
         # The embeddings and the rotary context of a prepared batch (its ids in the layers' layout).

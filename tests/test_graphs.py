@@ -174,7 +174,7 @@ def test_a_failed_capture_turns_graphs_off_and_runs_eagerly(caplog):
 
 @needs_kernel
 def test_past_the_limit_new_buckets_run_as_they_are(monkeypatch):
-    import nosink.models.encoder as module
+    import nosink.models.replaying as module
 
     # the encoder makes its graphs at its first batch (and again for moved weights): give it ones of limit 2
     monkeypatch.setattr(module, "LayerGraphs", functools.partial(LayerGraphs, limit=2))
@@ -192,7 +192,7 @@ def test_past_the_limit_new_buckets_run_as_they_are(monkeypatch):
 def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(monkeypatch):
     # Off CUDA, with the graphs themselves replaced by a recorder: which batches reach them, and when the encoder
     # makes new ones (graphs hold the weights' addresses: moved or cast weights must never replay stale ones).
-    import nosink.models.encoder as module
+    import nosink.models.replaying as module
 
     made = []
 
@@ -235,6 +235,7 @@ def test_the_default_compiles_nothing_off_the_graphs(monkeypatch):
     # uncompiled with a warning (not an error: the user asked for nothing).
     encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
     encoder.encode(["a few words", "and a few more"], show_progress_bar=False)
+    assert encoder.warm_up() is False  # no graph replays here: nothing to compile ahead
     assert encoder.parts._compiled is None
     monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
     assert encoder._graph_compiles() is False and encoder._graph_compiles() is False  # tried once
@@ -256,6 +257,19 @@ def test_the_default_replays_compiled_layers(family, fresh_dynamo):
     assert graphs.parts._compiled is not None and not graphs.parts._compiled_everywhere
     assert eager.parts._compiled is None  # an encoder that replays no graph compiles nothing
     assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
+
+
+@needs_kernel
+def test_warm_up_compiles_before_the_first_capture(fresh_dynamo):
+    graphs, eager = encoders("llama", "F* | M0B*2", compile=None)
+    assert graphs.warm_up() is True and graphs.parts._compiled is not None
+    assert graphs.graph_counts()["graphs"] == 0  # it ran one batch as it is: no graph yet
+    for seed in range(4):
+        ids, mask = batch(6, 20, seed)
+        with torch.inference_mode():
+            close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask, tol=COMPILED_TOL)
+    assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
+    assert EncoderFromDecoder.from_model(eager.decoder, "F*", compile=False).warm_up() is False
 
 
 @needs_kernel

@@ -92,7 +92,9 @@ class Engine:
     # -- called from other threads
 
     def start(self) -> None:
-        """Start the engine's thread."""
+        """Compile what the encoder's first CUDA-graph capture would (:meth:`EncoderFromDecoder.warm_up`: on a GPU,
+        10-15 s once, so that no request waits for it), then start the engine's thread."""
+        self.encoder.warm_up()
         self.thread.start()
 
     def stop(self) -> None:
