@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 from nosink.layerspec import Plan, Spec
 from nosink.models import EncoderFromDecoder
 from nosink.models.batching import batches, pad, pad_id
-from nosink.models.texts import first_tokens, join_words, read_lines, tokenize
+from nosink.models.texts import read_lines, tokenize
+from nosink.models.words import first_tokens, join_words
 
 __all__ = [
     "NERConfig",

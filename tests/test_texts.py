@@ -12,7 +12,8 @@ from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder, parse_spec
 from nosink.models.batching import batches, pad, pad_id
-from nosink.models.texts import Template, Tokenized, check_texts, first_tokens, join_words, sink_ids, tokenize
+from nosink.models.texts import Template, Tokenized, check_texts, sink_ids, tokenize
+from nosink.models.words import first_tokens, join_words
 
 
 def make(spec="F* | M0B*2", **kwargs):
