@@ -230,22 +230,30 @@ def test_create_app_refuses_configurations_that_do_not_fit_the_model(server):
     assert create_app(lm, tok, "sts=F* | B", name="tiny").state.served.ids() == ["tiny", "sts"]
 
 
-def test_cli_serve_takes_several_named_specs(tmp_path, capsys, monkeypatch):
-    from nosink.cli import main
-
+@pytest.fixture
+def cli_apps(monkeypatch):
+    """``nosink serve`` through the CLI without a server: the apps it would run, in order (``on_started`` is told
+    a made-up address), and no API key from the environment."""
     apps = []
 
-    def run(app, on_started, **kwargs):
-        apps.append(app.state.served)
-        on_started("http://127.0.0.1:1")
+    def run(app, on_started=None, **kwargs):
+        apps.append(app)
+        if on_started is not None:
+            on_started("http://127.0.0.1:1")
 
     monkeypatch.setattr(nosink.serve, "run", run)
     monkeypatch.delenv("NOSINK_API_KEY", raising=False)
+    return apps
+
+
+def test_cli_serve_takes_several_named_specs(tmp_path, capsys, cli_apps):
+    from nosink.cli import main
+
     folder = _saved_chat_model(tmp_path / "m")
     argv = ["serve", str(folder), "--port", str(_free_port()), "--spec", "F* | M0B*2",
             "--spec", "early=F* | B @ exit 3", "--spec", "eol=F* | M0B*2 @ template PromptEOL"]  # fmt: skip
     assert main(argv) == 0
-    served = apps[-1]
+    served = cli_apps[-1].state.served
     assert served.ids() == ["m", "early", "eol"] and served.embeddings["early"].exit_layer == 3
     assert served.embeddings["eol"].template is PROMPT_EOL and served.embeddings["m"].spec == "F* | M0B*2"
     no_key = "no API key: anyone who can reach the port can use it"
@@ -253,25 +261,18 @@ def test_cli_serve_takes_several_named_specs(tmp_path, capsys, monkeypatch):
     assert _errors(capsys.readouterr().err) == [f"{line} on http://127.0.0.1:1/v1 ({no_key})"]
     # named only: the model's id serves chat alone
     assert main(["serve", str(folder), "--port", str(_free_port()), "--spec", "a=F* | B", "--name", "x"]) == 0
-    assert apps[-1].ids() == ["x", "a"] and "serving x (chat), a (spec F* | B) on" in capsys.readouterr().err
+    assert cli_apps[-1].state.served.ids() == ["x", "a"]
+    assert "serving x (chat), a (spec F* | B) on" in capsys.readouterr().err
 
 
-def test_cli_serve_serves_a_saved_encoders_exit_and_template(tmp_path, monkeypatch):
+def test_cli_serve_serves_a_saved_encoders_exit_and_template(tmp_path, cli_apps):
     from nosink.cli import main
 
-    apps = []
-
-    def run(app, on_started, **kwargs):
-        apps.append(app.state.served)
-        on_started("http://127.0.0.1:1")
-
-    monkeypatch.setattr(nosink.serve, "run", run)
-    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
     lm, tok = tiny_chat_model()
     folder = tmp_path / "enc"
     EncoderFromDecoder(lm, "F* | B", tok, exit_layer=3, template="PromptEOL").save_pretrained(folder)
     assert main(["serve", str(folder), "--port", str(_free_port()), "--no-chat"]) == 0
-    served = apps[-1].embeddings["enc"]
+    served = cli_apps[-1].state.served.embeddings["enc"]
     assert (served.spec, served.exit_layer, served.template) == ("F* | B", 3, PROMPT_EOL)
 
 
@@ -306,35 +307,31 @@ def test_cli_serve_refuses_a_malformed_spec_before_anything_else(tmp_path, capsy
         (["a=F* | B @ exit 9"], "exit_layer must be from 1 to the model's 4 layers, got 9"),
     ],
 )
-def test_cli_serve_refuses_specs_that_do_not_fit_in_one_line(tmp_path, capsys, monkeypatch, values, said):
+def test_cli_serve_refuses_specs_that_do_not_fit_in_one_line(tmp_path, capsys, cli_apps, values, said):
     from nosink.cli import main
 
-    served = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
     folder = _saved_chat_model(tmp_path / "m")
     argv = ["serve", str(folder), "--port", str(_free_port()), "--no-chat"]
     for value in values:
         argv += ["--spec", value]
-    assert main(argv) == 1 and served == []
+    assert main(argv) == 1 and cli_apps == []
     err = _errors(capsys.readouterr().err)
     assert len(err) == 1 and err[0].startswith("nosink: error: ") and said in err[0], err
 
 
-def test_cli_serve_of_a_saved_encoder_serves_its_spec_or_the_given_ones(tmp_path, monkeypatch):
+def test_cli_serve_of_a_saved_encoder_serves_its_spec_or_the_given_ones(tmp_path, cli_apps):
     from nosink.cli import main
 
-    served = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app.state.served))
     lm, tok = tiny_chat_model()
     EncoderFromDecoder(lm.model, "F* | B", tok).save_pretrained(tmp_path / "enc")
     assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--port", str(_free_port())]) == 0
-    assert {k: v.spec for k, v in served[-1].embeddings.items()} == {"enc": "F* | B"}
+    assert {k: v.spec for k, v in cli_apps[-1].state.served.embeddings.items()} == {"enc": "F* | B"}
     argv = ["serve", str(tmp_path / "enc"), "--no-chat", "--port", str(_free_port()), "--spec", "a=F* | B*2"]
     assert main(argv) == 0
-    assert {k: v.spec for k, v in served[-1].embeddings.items()} == {"a": "F* | B*2"}
+    assert {k: v.spec for k, v in cli_apps[-1].state.served.embeddings.items()} == {"a": "F* | B*2"}
 
 
-def test_a_prepending_server_serves_what_encode_gives_and_chat_is_untouched(tmp_path, monkeypatch):
+def test_a_prepending_server_serves_what_encode_gives_and_chat_is_untouched(tmp_path, cli_apps):
     lm, tok = tiny_chat_model()
     configs = {"tiny": "F* | M0B*2", "eol": "F* | B @ exit 3 @ template PromptEOL"}
     app = create_app(lm, tok, configs, name="tiny", api_key=KEY, limits=LIMITS, prepend=2)
@@ -353,9 +350,6 @@ def test_a_prepending_server_serves_what_encode_gives_and_chat_is_untouched(tmp_
     # a saved encoder that prepends is served prepending
     from nosink.cli import main
 
-    apps = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, on_started, **kwargs: apps.append(app))
-    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
     EncoderFromDecoder(lm, "F* | B", tok, prepend=2).save_pretrained(tmp_path / "enc")
     assert main(["serve", str(tmp_path / "enc"), "--port", str(_free_port()), "--no-chat"]) == 0
-    assert apps[-1].state.encoder.prepend == (1, 3)
+    assert cli_apps[-1].state.encoder.prepend == (1, 3)
