@@ -95,9 +95,13 @@ class Parser(argparse.ArgumentParser):
         return super().format_help()
 
 
-def number(low: float, high: float, *, low_included: bool) -> Callable[[str], float]:
-    """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, high]`` unless ``low_included``)."""
-    wanted = f"between {low:g} and {high:g}" if low_included else "a positive number"
+def number(low: float, high: float, *, low_included: bool, high_included: bool = True) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, ...`` unless ``low_included``,
+    ``..., high)`` unless ``high_included``)."""
+    if not low_included:
+        wanted = "a positive number" if high == math.inf and low == 0 else f"above {low:g} and at most {high:g}"
+    else:
+        wanted = f"between {low:g} and {high:g}" if high_included else f"at least {low:g} and below {high:g}"
 
     def parse(text: str) -> float:
         try:
@@ -105,7 +109,8 @@ def number(low: float, high: float, *, low_included: bool) -> Callable[[str], fl
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {printable(repr(text))}") from None
         above = value >= low if low_included else value > low
-        if not (above and value <= high and math.isfinite(value)):  # NaN fails every comparison
+        below = value <= high if high_included else value < high
+        if not (above and below and math.isfinite(value)):  # NaN fails every comparison
             raise argparse.ArgumentTypeError(f"the value must be {wanted}, got {printable(repr(text))}")
         return value
 

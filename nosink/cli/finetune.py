@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from nosink.checks import count_arg, printable
-from nosink.cli.args import EXIT_HELP, POOLINGS, Parser, UsageError, exit_layer, positive_float
+from nosink.cli.args import EXIT_HELP, POOLINGS, Parser, UsageError, exit_layer, number, positive_float
 from nosink.cli.inputs import model_path
 
 
@@ -20,14 +20,7 @@ def add_parser(commands: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {printable(repr(text))}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {value}")
-    return value
+_fraction = number(0, 1, low_included=True, high_included=False)  # dropouts and the mask share: [0, 1)
 
 
 def _arguments(p: Parser) -> None:

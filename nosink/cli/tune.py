@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from nosink.checks import count_arg
-from nosink.cli.args import MODEL_HELP, Parser
+from nosink.cli.args import MODEL_HELP, Parser, positive_float
 
 # The names of evals.study.userdata.TUNE_TASKS and FORMATS, for the help without importing torch (a test keeps
 # them equal).
@@ -26,16 +26,6 @@ def add_parser(commands: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"minutes must be a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"minutes must be above 0, got {text}")
-    return value
-
-
 def _arguments(p: Parser) -> None:
     from nosink.cli.args import template
 
@@ -52,7 +42,7 @@ def _arguments(p: Parser) -> None:
     )
     budget.add_argument(
         "--minutes",
-        type=_minutes,
+        type=positive_float,
         metavar="M",
         help="start no template that the speed so far says would end after M minutes",
     )
