@@ -10,7 +10,8 @@ layer call).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -29,6 +30,8 @@ __all__ = ["GraphReplay"]
 
 logger = logging.getLogger(__name__)
 
+Result = TypeVar("Result")
+
 
 class GraphReplay:
     """CUDA graphs of the layer loop for an encoder (see the module docstring)."""
@@ -41,10 +44,10 @@ class GraphReplay:
         self.cuda_graphs = cuda_graphs
         self._graphs: LayerGraphs | None = None  # made at the first batch that can use them
         self._graphs_owner: tuple[Any, ...] | None = None  # the weights they were captured with (see _replay)
-        if compile is not None and compile is not False:
+        self._compile_asked = compile is not None and compile is not False  # then a failure to compile is an error
+        if self._compile_asked:
             self.parts.compile_layers({} if compile is True else compile)
         self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
-        self._compile_default = False  # set when that happened (then a failure to compile is not an error)
 
     def warm_up(self) -> bool:
         """Compile now what the default (``compile=None``) compiles at the first CUDA-graph capture, by running one
@@ -60,15 +63,22 @@ class GraphReplay:
         if not self._graphs_apply(device, 4) or not self._graph_compiles():
             return False
         ids = torch.zeros(2, 4, dtype=torch.long, device=device)
+        with torch.inference_mode():  # packed, as graphs run: the first sight of a bucket runs as it is
+            self._compiled_or_not(lambda: self(ids, torch.ones_like(ids)))
+        return self.parts._compiled is not None
+
+    def _compiled_or_not(self, run: Callable[[], Result]) -> Result:
+        # `run()` with the layers compiled. Where the default's compilation fails, warn, compile no more and run it
+        # uncompiled; a compilation the user asked for (compile=True or a dict) fails loudly.
         try:
-            with torch.inference_mode(), self.parts.compiled_calls():
-                self(ids, torch.ones_like(ids))  # packed, as graphs run: the first sight of a bucket runs as it is
+            with self.parts.compiled_calls():
+                return run()
         except LayerCompileError as err:
-            if not self._compile_default:
+            if self._compile_asked or torch.cuda.is_current_stream_capturing():
                 raise
             logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
             self.parts.drop_compiled()
-        return self.parts._compiled is not None
+        return run()
 
     def graph_counts(self) -> dict[str, int]:
         """CUDA graphs of the layer loop so far: ``graphs`` captured (at most ``GRAPH_LIMIT``) and batches replayed
@@ -106,14 +116,7 @@ class GraphReplay:
             # The function captured: the loop, compiled where the encoder compiles the graphs' layers. It is run
             # once before each capture, so a compilation (or its failure) happens outside the capture.
             if self._graph_compiles():
-                try:
-                    with self.parts.compiled_calls():
-                        return loop(ids, positions, stream)
-                except LayerCompileError as err:
-                    if not self._compile_default or torch.cuda.is_current_stream_capturing():
-                        raise
-                    logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
-                    self.parts.drop_compiled()
+                return self._compiled_or_not(lambda: loop(ids, positions, stream))
             return loop(ids, positions, stream)
 
         windows = [step.window for plan in plans for step in plan.layer_steps if step.window is not None]
@@ -127,7 +130,7 @@ class GraphReplay:
         # Whether the graphs' layer loop runs compiled: with compile=True (or a dict) always; with compile=None (the
         # default) from the first capture on, where this torch can compile.
         if self._compile_in_graphs:
-            self._compile_in_graphs, self._compile_default = False, True  # one try
+            self._compile_in_graphs = False  # one try
             try:
                 self.parts.compile_layers({}, everywhere=False)
             except RuntimeError as err:  # torch._dynamo unsupported here
