@@ -34,7 +34,7 @@ import torch
 
 from .attention import Packed
 
-__all__ = ["GRAPH_LIMIT", "GRAPH_MAX_LENGTH", "Bucket", "LayerGraphs", "bucket_of"]
+__all__ = ["GRAPH_LIMIT", "GRAPH_MAX_LENGTH", "Bucket", "LayerGraphs", "bucket_of", "capture"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,23 +180,11 @@ class LayerGraphs:
         graph = _Graph(bucket, self.device)
         try:
             graph.fill(lengths, ids)
-            current = torch.cuda.current_stream(self.device)
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(current)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            graph.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.stream(side):
-                body(graph.ids, graph.positions, graph.stream())  # a first run outside: lazy initialisations
-                # Not torch.cuda.graph(): it synchronizes the device and empties the allocator's cache before each
-                # capture, which a server capturing a new bucket between requests pays for in every allocation after.
-                # thread_local: other threads of the process (a server's) may use CUDA meanwhile.
-                graph.graph.capture_begin(pool=self._pool, capture_error_mode="thread_local")
-                try:
-                    graph.outputs = body(graph.ids, graph.positions, graph.stream())
-                finally:
-                    graph.graph.capture_end()
-            current.wait_stream(side)
+            graph.graph, graph.outputs = capture(
+                lambda: body(graph.ids, graph.positions, graph.stream()), self.device, self._pool
+            )
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
             self.broken = err
             logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)
@@ -204,3 +192,29 @@ class LayerGraphs:
         self.graphs[name] = graph
         logger.debug("captured a CUDA graph for %s (%d kept)", bucket, len(self.graphs))
         return graph
+
+
+def capture(run: Callable[[], Result], device: torch.device, pool: object) -> tuple[torch.cuda.CUDAGraph, Result]:
+    """``run()`` captured as a CUDA graph into the memory ``pool``: the graph, and the outputs its replays overwrite.
+
+    ``run`` is called once before, on the same side stream, for what it initialises lazily. Not
+    ``torch.cuda.graph()``: that synchronizes the device and empties the allocator's cache before each capture,
+    which a server capturing a new shape between requests would pay for in every allocation after. The capture
+    is ``thread_local``: other threads of the process (a server's) may use CUDA meanwhile.
+
+    Raises:
+        RuntimeError: from torch, where ``run`` launches something a graph cannot hold (a host synchronisation).
+    """
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        run()
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            outputs = run()
+        finally:
+            graph.capture_end()
+    current.wait_stream(side)
+    return graph, outputs

@@ -19,9 +19,11 @@ from nosink.serve.jobs import ChatJob, Sampling
 from nosink.serve.limits import Limits
 
 VOCAB = len(tiny_tokenizer())
-# Full attention; a sliding window (3) on some layers; sliding and full layers, 5:1. Each seed's random
-# model runs most chats to max_tokens (gemma3_text's ends two of them with EOS early).
-SEEDS = {"llama": 0, "qwen2": 1, "gemma3_text": 1}
+# Every family the encoder knows: full attention; a sliding window (3) on every layer (mistral), on some (qwen2),
+# sliding and full layers 5:1 (gemma3_text). Each seed's random model runs most chats to max_tokens (gemma3_text's
+# ends two of them with EOS early).
+SEEDS = {"llama": 0, "mistral": 0, "qwen2": 1, "qwen3": 0, "gemma3_text": 1, "phi3": 1, "olmo": 0, "olmo2": 0}
+SEEDS["gpt2"] = 0
 
 
 def tiny_lm(family: str = "llama", seed: int = 0):
@@ -67,7 +69,7 @@ def drive(chats: Chats, arrivals: dict[int, list[ChatJob]], on_step=None, limit:
 
 def alone(lm, prompt_ids: list[int], max_tokens: int) -> list[int]:
     """Greedy tokens of ``prompt_ids`` decoded alone by transformers' ``generate`` (the EOS token left out)."""
-    ids = torch.tensor([prompt_ids])
+    ids = torch.tensor([prompt_ids], device=lm.device)
     with torch.no_grad():
         out = lm.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False, pad_token_id=0
@@ -111,7 +113,7 @@ def test_batched_greedy_decoding_equals_each_chat_alone_as_chats_join_and_leave(
         assert text(job) == tok.decode(job.ids, skip_special_tokens=True)  # the incremental text is the whole text
         lengths += len(job.ids)
     assert lengths > 2 * len(jobs)  # not all chats ended at once on EOS
-    assert chats.batch is None and not chats.active
+    assert len(chats.rows) == chats.rows.width == 0 and not chats.active
 
 
 def test_a_seeded_chat_samples_the_same_tokens_alone_and_beside_others():
@@ -141,7 +143,7 @@ def test_a_cancelled_chat_leaves_the_batch_and_the_others_go_on_unchanged():
     widths = []
 
     def cancel(i: int) -> None:
-        widths.append(chats.batch.mask.shape[1] if chats.batch is not None else 0)
+        widths.append(chats.rows.width)
         if i == 3:
             gone.cancelled = waiting_gone.cancelled = True
             seen = len(gone.events)
@@ -181,21 +183,77 @@ def test_a_failing_chat_fails_alone_and_a_failed_batched_step_is_retried_chat_by
         assert job.ids == alone(lm, job.prompt_ids, 8) and done(job)
 
 
-def test_join_and_keep_pad_and_cut_the_cache_columns():
+def test_join_and_keep_place_the_chats_right_aligned_and_cut_the_padding_columns():
     lm, _ = tiny_lm("qwen2")  # layers 0-1 full attention, 2-3 a sliding window of 3
     with torch.inference_mode():
         _, short = kv.prefill(lm, [prompt(2, 0)])
         _, long = kv.prefill(lm, [prompt(6, 1), prompt(5, 2)])
-        both = kv.join([short, long])
-        assert both.mask.tolist() == [[0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]]
-        full, sliding = both.cache.layers[0], both.cache.layers[3]
-        assert full.keys.shape[:3] == (3, 2, 6) and sliding.keys.shape[:3] == (3, 2, 2)
-        assert full.keys[0, :, :4].abs().sum() == 0 and sliding.cumulative_length == 6
+        rows = kv.Rows(lm)
+        rows.join([short])
+        assert (len(rows), rows.width) == (1, 2)
+        rows.join([long])  # the first chat moves right: every row's tokens end at column 6
+        assert rows.mask[:3, :6].long().tolist() == [[0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1]]
+        assert not rows.mask[:, 6:].any() and rows.width == 6
+        full, sliding = rows.keys[0], rows.keys[3]
+        assert torch.equal(full[0, :, 4:6], short.cache.layers[0].keys[0])
+        assert torch.equal(full[1:3, :, :6], long.cache.layers[0].keys)
+        assert long.cache.layers[3].keys.shape[2] == 2  # the sliding layer holds its last window - 1 columns
+        assert torch.equal(sliding[1:3, :, 4:6], long.cache.layers[3].keys)
         assert short.cache.layers[0].keys.shape[2] == 2  # the inputs are left as they were
-        only = kv.keep(both, [2, 0])
-        assert only.mask.tolist() == [[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]]
-        assert only.cache.layers[0].keys.shape[:3] == (2, 2, 5) and only.cache.layers[3].cumulative_length == 5
-        assert torch.equal(only.cache.layers[0].keys[1, :, 3:], short.cache.layers[0].keys[0])
+        rows.keep([2, 0])
+        assert (len(rows), rows.width) == (2, 5)
+        assert rows.mask[:2, :5].long().tolist() == [[1, 1, 1, 1, 1], [0, 0, 0, 1, 1]] and not rows.mask[2:].any()
+        assert torch.equal(rows.keys[0][1, :, 3:5], short.cache.layers[0].keys[0])
+        assert torch.equal(rows.keys[0][0, :, :5], long.cache.layers[0].keys[1, :, 1:])
+        rows.keep([])
+        assert (len(rows), rows.width) == (0, 0)
+
+
+def test_a_chat_longer_than_the_buffers_grows_them_and_decodes_as_alone():
+    lm, tok = tiny_lm()
+    first = kv.FIRST_WIDTH
+    long_chat, short_chat = chat(prompt(first - 3, 0), 8), chat(prompt(4, 1), 12)  # crosses the first width
+    late = chat(prompt(first + 20, 2), 3)  # joins later, longer than the buffers: the others move right
+    chats = Chats(lm, tok, 4, {"chat_tokens": 0, "dropped": 0})
+    widths = []
+    columns = lambda i: widths.append(chats.rows.mask.shape[1] if chats.rows.mask is not None else 0)  # noqa: E731
+    drive(chats, {0: [long_chat, short_chat], 5: [late]}, on_step=columns)
+    assert widths[1] == first and max(widths) == 2 * first  # grown once, by doubling
+    for job, m in ((long_chat, 8), (short_chat, 12), (late, 3)):
+        assert job.ids == alone(lm, job.prompt_ids, m)
+    assert chats.rows.mask is None  # the last chat left: buffers above the first size are freed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3_text", "gpt2"])
+def test_on_a_gpu_the_decode_step_replays_a_cuda_graph_and_decodes_as_alone(family):
+    lm, tok = tiny_lm(family, SEEDS[family])
+    lm = lm.cuda()
+    plan = [(3, 9, 0), (7, 4, 0), (2, 6, 2), (11, 5, 3), (5, 3, 3)]
+    jobs = [chat(prompt(n, i), m) for i, (n, m, _) in enumerate(plan)]
+    arrivals: dict[int, list[ChatJob]] = {}
+    for job, (_, _, at) in zip(jobs, plan, strict=True):
+        arrivals.setdefault(at, []).append(job)
+    chats = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0})
+    drive(chats, arrivals)
+    assert chats.rows.broken is None and set(chats.rows.graphs) <= {1, 2, 4} and len(chats.rows.graphs) >= 2
+    for job, (_, m, _) in zip(jobs, plan, strict=True):
+        assert job.ids == alone(lm, job.prompt_ids, m)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_on_a_gpu_buffers_grown_mid_decode_are_captured_again():
+    lm, tok = tiny_lm()
+    lm = lm.cuda()
+    first = kv.FIRST_WIDTH
+    jobs = [chat(prompt(first - 3, 0), 8), chat(prompt(4, 1), 12), chat(prompt(first + 20, 2), 3)]
+    chats = Chats(lm, tok, 4, {"chat_tokens": 0, "dropped": 0})
+    captured = []
+    drive(chats, {0: jobs[:2], 5: jobs[2:]}, on_step=lambda i: captured.append(len(chats.rows.graphs)))
+    assert chats.rows.broken is None and captured[2] >= 1 and 0 in captured[3:]  # graphs dropped, then made again
+    assert max(captured[captured.index(0, 3) :]) >= 1
+    for job, m in zip(jobs, (8, 12, 3), strict=True):
+        assert job.ids == alone(lm, job.prompt_ids, m)
 
 
 @pytest.mark.parametrize(

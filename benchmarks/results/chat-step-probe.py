@@ -1,6 +1,6 @@
-"""Why a chat step is slow: the serving decode (nosink.serve.kv) timed on the causal LM alone, then on the same
-LM once the server's encoder shares its layers and has run embedding batches (CUDA graphs captured), with a
-profile of the latter. A diagnostic of issue 29 on a lent GPU, not part of the benchmark suite:
+"""The serving decode step (nosink.serve.kv.Rows) timed as it is and replayed as a CUDA graph, on the causal LM
+whose layers the server's encoder shares (after embedding batches), for 1, 8 and 16 chats, with a profile of the
+replayed steps. A diagnostic of issue 29 on a lent GPU, not part of the benchmark suite:
 
     python3 -P benchmarks/results/chat-step-probe.py --arch qwen2.5-0.5b --tokenizer .gpu/tok
 """
@@ -19,8 +19,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def steps_ms(lm: torch.nn.Module, prompts: list[list[int]], tokens: int = 32) -> tuple[float, float]:
-    """(prefill ms, median decode step ms) of ``prompts`` decoded greedily side by side for ``tokens`` steps."""
+def steps_ms(lm: torch.nn.Module, prompts: list[list[int]], tokens: int = 32, graphs: bool = True) -> tuple:
+    """(prefill ms, median decode step ms) of ``prompts`` decoded greedily side by side for ``tokens`` steps, the
+    steps replayed as CUDA graphs or not (``graphs``), as the server's :class:`nosink.serve.kv.Rows` runs them."""
     from nosink.serve import kv
 
     with torch.inference_mode():
@@ -28,14 +29,16 @@ def steps_ms(lm: torch.nn.Module, prompts: list[list[int]], tokens: int = 32) ->
             torch.cuda.synchronize()
         start = time.perf_counter()
         logits, batch = kv.prefill(lm, prompts)
+        rows = kv.Rows(lm, graphs=graphs)
+        rows.join([batch])
         ids = logits.float().argmax(-1).cpu().tolist()
         prefill = 1000 * (time.perf_counter() - start)
         times = []
         for _ in range(tokens):
             start = time.perf_counter()
-            ids = kv.step(lm, batch, ids).float().argmax(-1).cpu().tolist()
+            ids = rows.step(ids).argmax(-1).cpu().tolist()
             times.append(1000 * (time.perf_counter() - start))
-    return prefill, statistics.median(times)
+    return prefill, statistics.median(times[2:])  # the first steps of a row count capture their graph
 
 
 def main() -> None:
@@ -61,27 +64,25 @@ def main() -> None:
         prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts[:16]]
         where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
         print(f"# {args.arch}: {where}, attention {lm.config._attn_implementation}")
-        rows = []
-        for n in (1, 8):
-            steps_ms(lm, prompts[:n], 4)  # warm-up
-            rows.append(("the LM alone", n, *steps_ms(lm, prompts[:n])))
         app = create_app(lm, spec=args.spec, tokenizer=tok, name="m")
         encoder = app.state.encoder
         for _ in range(3):
             encoder.encode(texts, batch_size=128, show_progress_bar=False)
-        print(f"graphs: {encoder.graph_counts()}, attention now {lm.config._attn_implementation}")
-        for n in (1, 8):
-            steps_ms(lm, prompts[:n], 4)
-            rows.append(("sharing its layers with the server's encoder", n, *steps_ms(lm, prompts[:n])))
-        print("\n| LM | chats | prefill ms | ms a decode step |\n|---|---|---|---|")
-        for what, n, pre, step in rows:
-            print(f"| {what} | {n} | {pre:.1f} | {step:.1f} |")
+        print(f"encoder graphs: {encoder.graph_counts()}, attention now {lm.config._attn_implementation}")
+        rows = []
+        for n in (1, 8, 16):
+            for graphs in (False, True):
+                steps_ms(lm, prompts[:n], 4, graphs)  # warm-up
+                rows.append((graphs, n, *steps_ms(lm, prompts[:n], 32, graphs)))
+        print("\n| decode step | chats | prefill ms | ms a decode step |\n|---|---|---|---|")
+        for graphs, n, pre, step in rows:
+            print(f"| {'CUDA graph' if graphs else 'as it is'} | {n} | {pre:.1f} | {step:.2f} |")
         profile = cProfile.Profile()
         profile.enable()
         steps_ms(lm, prompts[:8], 16)
         profile.disable()
-        print("\nprofile of 16 steps of 8 chats, sharing (by own time):")
-        pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+        print("\nprofile of 16 graph-replayed steps of 8 chats (by own time):")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
 
 if __name__ == "__main__":

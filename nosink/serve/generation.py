@@ -1,11 +1,11 @@
 """Chat generation: the chats being decoded, every one a token per step, with sampling and stop strings.
 
-Continuous batching: one :meth:`Chats.step` runs one forward that advances every active chat by a token
-(their KV caches are rows of one left-padded cache, see :mod:`nosink.serve.kv`), then drops the chats
-that finished or were cancelled, then starts the waiting chats that fit under ``max_active`` with one
-forward over their prompts, whose first tokens they get at once. A forward that fails is retried chat
-by chat, so only the chats at fault fail. Each chat samples from its own row with its own generator, so
-a ``seed`` gives the same answer whatever else is running, and its answer is detokenized incrementally
+Continuous batching: one :meth:`Chats.step` runs one forward that advances every active chat by a token (their
+KV caches are rows of fixed buffers, the step a CUDA graph on a GPU: see :mod:`nosink.serve.kv`), then drops
+the chats that finished or were cancelled, then starts the waiting chats that fit under ``max_active`` with
+one forward over their prompts, whose first tokens they get at once. A forward that fails is retried chat by
+chat, so only the chats at fault fail. Each chat samples from its own row with its own generator, so a
+``seed`` gives the same answer whatever else is running, and its answer is detokenized incrementally
 (:class:`Detokenizer`), not decoded again from its first token at every step.
 
 Touched by the engine's thread only; each chat's events (``("delta", text)``, ``("done", finish,
@@ -31,8 +31,8 @@ class Chats:
     def __init__(self, lm: torch.nn.Module | None, tokenizer: Any, max_active: int, stats: dict[str, int]) -> None:
         self.lm, self.tokenizer, self.max_active, self.stats = lm, tokenizer, max_active, stats
         self.waiting: list[ChatJob] = []
-        self.active: list[ChatJob] = []  # row i of self.batch is self.active[i]
-        self.batch: kv.Batch | None = None
+        self.active: list[ChatJob] = []  # row i of self.rows is self.active[i]
+        self.rows = kv.Rows(lm, rows=max_active) if lm is not None else None
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -72,9 +72,9 @@ class Chats:
 
     def _decode(self) -> None:
         """Feed every active chat its last token in one forward and take each one's next token."""
-        assert self.batch is not None and self.lm is not None
+        assert self.rows is not None
         try:
-            logits = kv.step(self.lm, self.batch, [c.ids[-1] for c in self.active])  # (B, V)
+            logits = self.rows.step([c.ids[-1] for c in self.active])  # (B, V)
         except Exception:
             logger.exception("batched chat decoding failed; retrying each chat alone")
             logits = self._decode_alone()
@@ -82,23 +82,24 @@ class Chats:
 
     def _decode_alone(self) -> torch.Tensor | None:
         """The failed step again, one chat at a time: a chat whose step fails again gets an error, the others go on."""
-        assert self.batch is not None and self.lm is not None
-        rows, logits, ok, kept = [kv.keep(self.batch, [i]) for i in range(len(self.active))], [], [], []
-        for chat, row in zip(self.active, rows, strict=True):
+        assert self.rows is not None
+        logits, ok, kept = [], [], []
+        for chat, row in zip(self.active, self.rows.split(), strict=True):
             try:
-                logits.append(kv.step(self.lm, row, [chat.ids[-1]]))
+                logits.append(row.step([chat.ids[-1]]))
                 ok.append(row)
                 kept.append(chat)
             except Exception as err:
                 logger.exception("chat generation failed")
                 emit(chat, ("error", f"generation failed: {printable(str(err))}"))
         self.active = kept
-        self.batch = kv.join(ok) if ok else None
+        self.rows.clear()
+        self.rows.join(ok)
         return torch.cat(logits) if logits else None
 
     def _start(self, chats: list[ChatJob]) -> None:
         """Prefill ``chats`` in one forward (each alone if that fails); each takes its first token, joins the batch."""
-        if self.lm is None:
+        if self.lm is None or self.rows is None:
             for chat in chats:
                 emit(chat, ("error", "generation failed: this server has no language model"))
             return
@@ -124,7 +125,7 @@ class Chats:
             return
         old = len(self.active)
         self.active += [c for group, _, _ in groups for c in group]
-        self.batch = kv.join(([self.batch] if self.batch is not None else []) + [b for _, _, b in groups])
+        self.rows.join([b for _, _, b in groups])
         self._advance(torch.cat([logits for _, logits, _ in groups]), first=old)
 
     def _advance(self, logits: torch.Tensor | None, first: int = 0) -> None:
@@ -175,7 +176,8 @@ class Chats:
         row = {id(c): i for i, c in enumerate(self.active)}  # by identity: jobs are dataclasses, equal by value
         rows = [row[id(c)] for c in chats]
         self.active = chats
-        self.batch = kv.keep(self.batch, rows) if chats and self.batch is not None else None
+        if self.rows is not None:
+            self.rows.keep(rows)
 
 
 class Detokenizer:

@@ -1,39 +1,49 @@
-"""The running chats' KV cache: one transformers ``DynamicCache`` over the batch, left-padded.
+"""The running chats' KV cache: fixed buffers whose rows are the chats, one decode step replayed as a CUDA graph.
 
-Row ``i`` of every tensor is one chat. Its tokens fill the rightmost columns; the columns to their left are
-padding, zero in ``mask`` (``(B, L)``, 1 on tokens) and never attended to. Columns are aligned on the right,
-so the causal and sliding-window masks, which transformers builds from column indices, hold for every row;
-each row's positions (``position_ids``) count its own tokens only.
+Chats start with :func:`prefill` (their prompts, left-padded, in one forward through transformers' own dynamic
+cache) and move into :class:`Rows`, the cache every decode step uses. Its buffers hold, per layer, keys and
+values of ``(R, heads, W, head_dim)``: row ``i`` is one chat, whose tokens fill the columns just left of
+``end`` (right-aligned, as in the prefill's left padding); ``mask`` (``(R, W)``, True on a chat's tokens) says
+which. A step writes every row's new token at column ``end`` (each layer's ``index_copy_`` in place, in
+:class:`_Slot`), attends over all ``W`` columns under an additive mask built from ``mask`` (a sliding-window
+layer also hides the columns ``window`` or more behind), and moves ``end`` on. Positions count each row's own
+tokens. Rows past the chats (a batch is run at the next power of two of rows) and columns past ``end`` are
+masked: their contents never reach a chat's logits.
 
-Chats join with :func:`prefill` (their prompts, left-padded, in one forward) and :func:`join` (the
-caches padded on the left to the longest one, layer by layer, and stacked); they leave with :func:`keep`
-(the rows that stay, then the columns that are padding in every one of them cut away). :func:`step`
-advances every row by one token in one forward.
+Because the buffers stay where they are, a step has the same tensors every time, so on a GPU it is captured
+once per row count (a power of two) and replayed: one launch instead of transformers' Python and a few
+hundred kernels per step, which made a small model's decode step 10-30 ms whatever the batch. A step that
+does not fit (more rows or columns than the buffers) first grows them, by doubling, and drops the graphs;
+when the last chat leaves, buffers wider than the first width are freed. Joining and leaving copy rows and
+columns (:meth:`Rows.join`, :meth:`Rows.keep`), which happens when chats start or end, not per step.
 
-A dynamic cache, not a static or paged one, because joining and leaving are then plain tensor operations
-on the cache's own layers, with no fixed size to choose up front and nothing of transformers' to replace.
-The price: a dynamic layer copies its tensors on every update (``torch.cat``), and a join or a leave
-copies them once more, so each step moves the whole cache once; a static or paged cache would not, at
-the cost of a maximum length reserved per row or of a paged attention kernel.
-
-Layers: full attention (``keys``/``values`` of ``(B, heads, L, head_dim)``) and sliding window (only the
-last ``min(L, window - 1)`` columns kept, ``cumulative_length`` = ``L``). Any other kind is refused.
+Layers: full attention and sliding window (transformers' ``DynamicLayer`` and ``DynamicSlidingWindowLayer``
+after the prefill), with one window size; any other kind of cache layer is refused.
 """
 
-import copy
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
+
+from nosink.models.graphs import capture
+
+logger = logging.getLogger(__name__)
+
+FIRST_WIDTH = 256  # columns of the first buffers (and of those kept while no chat runs)
 
 
 @dataclass
 class Batch:
-    """The chats being decoded: their shared cache and which of its columns each one's tokens fill."""
+    """Prompts just prefilled: transformers' cache of them and which of its columns each one's tokens fill."""
 
-    cache: Any  # a DynamicCache whose batch rows are the chats
-    mask: torch.Tensor  # (B, L) long: 1 on a chat's tokens, 0 on its left padding
+    cache: Any  # a DynamicCache whose batch rows are the prompts
+    mask: torch.Tensor  # (n, P) long: 1 on a prompt's tokens, 0 on its left padding
 
     def __len__(self) -> int:
         return self.mask.shape[0]
@@ -55,105 +65,282 @@ def prefill(lm: torch.nn.Module, prompts: list[list[int]]) -> tuple[torch.Tensor
     return out.logits[:, -1], Batch(out.cache, mask)  # logits: (n, 1, V)
 
 
-def step(lm: torch.nn.Module, batch: Batch, tokens: list[int]) -> torch.Tensor:
-    """Feed each row its next token (one forward for the batch): the logits of the token after ``(B, V)``.
+class Rows:
+    """The chats being decoded: their KV cache in fixed buffers, and the step that advances them all by a token.
 
-    On failure the batch is as it was before the call (the cache's layers are restored), so it can be retried.
+    Args:
+        lm: the causal LM (its prefill's cache layers say each layer's kind).
+        graphs: replay each step as a CUDA graph where the model is on a GPU (``False``: always run it as it is).
+        rows: rows of the first buffers (the chats expected side by side: growing the buffers drops the graphs).
     """
-    device = batch.mask.device
-    saved = _snapshot(batch.cache)
-    ids = torch.tensor(tokens, dtype=torch.long, device=device)[:, None]  # (B, 1)
-    positions = batch.mask.sum(-1, keepdim=True)  # (B, 1): the tokens each row already has
-    mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=1)  # (B, L + 1)
-    try:
-        out = lm(
-            input_ids=ids,
-            attention_mask=mask,
+
+    def __init__(self, lm: torch.nn.Module, graphs: bool = True, rows: int = 1) -> None:
+        self.lm = lm
+        self.use_graphs = graphs
+        self.first_rows = rows
+        self.n = 0  # chats: rows 0..n-1
+        self.end = 0  # columns 0..end-1 may hold tokens; the next token of every row goes to column `end`
+        self.windows: list[int | None] | None = None  # per layer: its sliding window, None for full attention
+        self.layout: list[tuple[int, int, torch.dtype, torch.device]] = []  # per layer: heads, head_dim, dtype, device
+        self.keys: list[torch.Tensor] = []  # per layer (R, heads, W, head_dim)
+        self.values: list[torch.Tensor] = []
+        self.mask: torch.Tensor | None = None  # (R, W) bool: True on a chat's tokens
+        self.ids: torch.Tensor | None = None  # (R, 1) long: each row's token to feed
+        self.column: torch.Tensor | None = None  # (1,) long: the column written by the next step
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # rows -> (graph, its logits)
+        self.broken: Exception | None = None  # a capture failed: steps run as they are from then on
+        self._pool: object | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def width(self) -> int:
+        """Columns in use: the longest chat's tokens."""
+        return self.end
+
+    # -- chats joining and leaving
+
+    def join(self, parts: Sequence[Batch | Rows | _Row]) -> None:
+        """Append the rows of ``parts`` (prefilled prompts, or other :class:`Rows`) after the chats, in order.
+
+        Rows shorter than ``end`` are padded on the left; if a part is longer, the chats move right to make room.
+        The parts are left as they were.
+        """
+        if not parts:
+            return
+        incoming = [_columns(p) for p in parts]  # (mask (m, L), per layer (keys, values) of (m, h, L_j, d))
+        if self.windows is None:
+            self.windows = _windows(parts[0])
+            self.layout = [(k.shape[1], k.shape[3], k.dtype, k.device) for k, _ in incoming[0][1]]
+        new_end = max([self.end] + [mask.shape[1] for mask, _ in incoming])
+        rows = self.n + sum(mask.shape[0] for mask, _ in incoming)
+        self._fit(rows, new_end + 1)
+        assert self.mask is not None
+        if new_end > self.end:  # the chats move right: their columns end at new_end
+            shift = new_end - self.end
+            for buffer in (*self.keys, *self.values):
+                buffer[: self.n, :, shift:new_end] = buffer[: self.n, :, : self.end].clone()
+            self.mask[: self.n, shift:new_end] = self.mask[: self.n, : self.end].clone()
+            self.mask[: self.n, :shift] = False
+            self.end = new_end
+        row = self.n
+        for mask, layers in incoming:
+            m = mask.shape[0]
+            self.mask[row : row + m] = False
+            self.mask[row : row + m, new_end - mask.shape[1] : new_end] = mask.bool()
+            for j, (keys, values) in enumerate(layers):
+                held = keys.shape[2]  # a sliding layer holds only its last window - 1 columns
+                self.keys[j][row : row + m, :, new_end - held : new_end] = keys
+                self.values[j][row : row + m, :, new_end - held : new_end] = values
+            row += m
+        self.n = rows
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep only ``rows`` (in that order), and cut the columns that are padding in all of them."""
+        if not rows:
+            self.clear()
+            return
+        assert self.mask is not None
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.mask.device)
+        k = len(rows)
+        self.mask[:k] = self.mask.index_select(0, index)
+        self.mask[k:] = False
+        cut = int((~self.mask[:k, : self.end].any(0)).long().cumprod(0).sum())  # leading columns with no token
+        width = self.end - cut
+        for buffer in (*self.keys, *self.values):
+            buffer[:k] = buffer.index_select(0, index)
+            if cut:
+                buffer[:k, :, :width] = buffer[:k, :, cut : self.end].clone()
+        if cut:
+            self.mask[:k, :width] = self.mask[:k, cut : self.end].clone()
+            self.mask[:k, width:] = False
+        self.n, self.end = k, width
+
+    def split(self) -> list[Rows]:
+        """Each chat alone in a :class:`Rows` of its own that runs no graph (to retry a failed step chat by chat)."""
+        alone = []
+        for i in range(self.n):
+            one = Rows(self.lm, graphs=False)
+            one.join([_Row(self, i)])
+            alone.append(one)
+        return alone
+
+    def clear(self) -> None:
+        """No chat any more: the buffers are kept if they are the first size, else freed with the graphs."""
+        self.n = self.end = 0
+        if self.mask is not None:
+            self.mask.zero_()
+            if self.mask.shape[1] > FIRST_WIDTH:
+                self._free()
+
+    # -- the step
+
+    def step(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Feed each chat its next token (one forward for all): the logits of the token after ``(n, V)``.
+
+        A step that fails leaves the chats as they were (its writes are to the column no mask shows yet).
+        """
+        assert self.mask is not None and self.ids is not None and self.column is not None and len(tokens) == self.n
+        if self.end + 1 > self.mask.shape[1]:
+            self._fit(self.n, self.end + 1)
+        rows = 1 << (self.n - 1).bit_length()  # the next power of two: one graph serves every count up to it
+        self.ids[: self.n, 0] = torch.tensor(list(tokens), dtype=torch.long).to(self.ids.device, non_blocking=True)
+        self.ids[self.n : rows] = 0
+        self.column.fill_(self.end)
+        logits = self._replay(rows)
+        if logits is None:
+            logits = self._forward(rows)
+        out = logits[: self.n].float()  # a tensor of its own: a graph's logits are overwritten by its next replay
+        self.mask[: self.n, self.end] = True
+        self.end += 1
+        return out
+
+    def _forward(self, rows: int) -> torch.Tensor:
+        """The step's forward over the first ``rows`` rows of the buffers (what a graph captures): ``(rows, V)``."""
+        assert self.mask is not None and self.ids is not None and self.windows is not None
+        mask = self.mask[:rows]  # (rows, W)
+        columns = torch.arange(mask.shape[1], device=mask.device)
+        live = mask | (columns == self.column)  # the chats' tokens and the new one
+        positions = mask.sum(-1, keepdim=True)  # (rows, 1): the tokens each row already has
+        dtype = self.keys[0].dtype
+        masks = {}
+        if None in self.windows:
+            masks["full_attention"] = _additive(live, dtype)
+        window = next((w for w in self.windows if w is not None), None)
+        if window is not None:
+            masks["sliding_attention"] = _additive(live & (columns > self.column - window), dtype)
+        layers = [_Slot(k[:rows], v[:rows], self.column) for k, v in zip(self.keys, self.values, strict=True)]
+        out = self.lm(
+            input_ids=self.ids[:rows],
+            attention_mask=masks if len(masks) > 1 else next(iter(masks.values())),
             position_ids=positions,
-            cache=batch.cache,
+            cache=Cache(layers=layers),
             use_cache=True,
             logits_to_keep=1,
         )
-    except BaseException:
-        _restore(batch.cache, saved)
-        raise
-    batch.mask = mask
-    return out.logits[:, -1]  # (B, V)
+        return out.logits[:, -1]
+
+    def _replay(self, rows: int) -> torch.Tensor | None:
+        """The step's logits from the graph of ``rows`` (captured at its first use); None where none runs."""
+        device = self.keys[0].device
+        if not self.use_graphs or device.type != "cuda" or self.broken is not None:
+            return None
+        if rows not in self.graphs:
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            try:
+                self.graphs[rows] = capture(lambda: self._forward(rows), device, self._pool)
+            except Exception as err:  # a kernel that cannot be captured, or a host sync in the model's forward
+                self.broken = err
+                logger.warning("chat decoding runs without CUDA graphs: capturing a step failed (%s)", err)
+                return None
+            logger.debug("captured a chat decode step of %d rows, %d columns", rows, self.keys[0].shape[2])
+        graph, logits = self.graphs[rows]
+        graph.replay()
+        return logits
+
+    # -- the buffers
+
+    def _fit(self, rows: int, width: int) -> None:
+        """Buffers of at least ``rows`` rows and ``width`` columns, grown by doubling; their contents kept."""
+        have_rows, have_width = self.mask.shape if self.mask is not None else (0, 0)
+        if rows <= have_rows and width <= have_width:
+            return
+        new_rows = max(have_rows, self.first_rows, 1 << (rows - 1).bit_length())
+        new_width = max(have_width, FIRST_WIDTH)
+        while new_width < width:
+            new_width *= 2
+        keys = [torch.zeros(new_rows, heads, new_width, dim, dtype=dtype, device=device)
+                for heads, dim, dtype, device in self.layout]  # fmt: skip
+        device = self.layout[0][3]
+        values = [torch.zeros_like(k) for k in keys]
+        mask = torch.zeros(new_rows, new_width, dtype=torch.bool, device=device)
+        if self.mask is not None:
+            for new, old in zip(keys + values, self.keys + self.values, strict=True):
+                new[: self.n, :, : self.end] = old[: self.n, :, : self.end]
+            mask[: self.n, : self.end] = self.mask[: self.n, : self.end]
+        self._free()
+        self.keys, self.values, self.mask = keys, values, mask
+        self.ids = torch.zeros(new_rows, 1, dtype=torch.long, device=device)
+        self.column = torch.zeros(1, dtype=torch.long, device=device)
+
+    def _free(self) -> None:
+        self.graphs.clear()  # they read the old buffers
+        self._pool = None  # freed with its last graph: a capture into it now would fail
+        self.keys, self.values, self.mask, self.ids, self.column = [], [], None, None, None
 
 
-def join(batches: list[Batch]) -> Batch:
-    """One batch of the rows of ``batches`` in order, padded on the left to the longest (inputs left as they were)."""
-    width = max(b.mask.shape[1] for b in batches)
-    cache = _copy(batches[0].cache)
-    for i, layer in enumerate(cache.layers):
-        parts = [b.cache.layers[i] for b in batches]
-        if not all(p.is_initialized for p in parts):
-            continue
-        kept = width
-        if isinstance(layer, DynamicSlidingWindowLayer):
-            kept = min(width, layer.sliding_window - 1)
-            layer.cumulative_length = width
-        layer.keys = torch.cat([_pad_left(p.keys, kept) for p in parts], dim=0)
-        layer.values = torch.cat([_pad_left(p.values, kept) for p in parts], dim=0)
-    return Batch(cache, torch.cat([_pad_left(b.mask, width, dim=1) for b in batches], dim=0))
+class _Slot(CacheLayerMixin):
+    """One layer's cache during a step: writes the new keys and values at ``column`` of its buffers, in place."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
+        super().__init__()
+        self.keys, self.values, self.column = keys, values, column
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Nothing to do: the buffers exist."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
+        """Write the step's ``(rows, heads, 1, head_dim)`` states at the column; the whole buffers to attend over."""
+        self.keys.index_copy_(2, self.column, key_states.to(self.keys.dtype))
+        self.values.index_copy_(2, self.column, value_states.to(self.values.dtype))
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """Every column (the step's mask is given whole, so transformers never asks)."""
+        return self.keys.shape[2], 0
+
+    def get_seq_length(self) -> int:
+        """The buffers' width (positions are given, so transformers never asks)."""
+        return self.keys.shape[2]
+
+    def get_max_length(self) -> int:
+        """The buffers' width."""
+        return self.keys.shape[2]
 
 
-def keep(batch: Batch, rows: list[int]) -> Batch:
-    """The batch of ``rows`` only (in that order), without the columns that are padding in all of them.
+class _Row:
+    """Row ``i`` of a :class:`Rows`, as :meth:`Rows.join` reads a part."""
 
-    ``batch`` stays as it was: the result's cache is a new one (sharing no tensor that a later step writes).
-    """
-    index = torch.tensor(rows, dtype=torch.long, device=batch.mask.device)
-    mask = batch.mask.index_select(0, index)
-    cut = int((mask.sum(0) == 0).long().cumprod(0).sum())  # leading columns with no token in any row
-    width = mask.shape[1] - cut
-    cache = _copy(batch.cache)
-    for layer in cache.layers:
-        if not layer.is_initialized:
-            continue
-        kept = width
-        if isinstance(layer, DynamicSlidingWindowLayer):
-            kept = min(width, layer.sliding_window - 1)
-            layer.cumulative_length = width
-        stored = layer.keys.shape[-2]
-        kept = min(kept, stored)
-        layer.keys = layer.keys.index_select(0, index)[:, :, stored - kept :]
-        layer.values = layer.values.index_select(0, index)[:, :, stored - kept :]
-    return Batch(cache, mask[:, cut:])
+    def __init__(self, rows: Rows, i: int) -> None:
+        self.rows, self.i = rows, i
 
 
-def _copy(cache: Any) -> Any:
-    """A cache with its own layer objects: assigning a layer's tensors in the copy leaves the original alone."""
-    twin = copy.copy(cache)
-    twin.layers = [copy.copy(layer) for layer in cache.layers]
-    return twin
+def _columns(part: Batch | Rows | _Row) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """A part's mask ``(m, L)`` and per layer its keys and values ``(m, heads, L_j, head_dim)``, right-aligned."""
+    if isinstance(part, Batch):
+        return part.mask, [(layer.keys, layer.values) for layer in part.cache.layers]
+    rows, pick = (part.rows, slice(part.i, part.i + 1)) if isinstance(part, _Row) else (part, slice(0, part.n))
+    assert rows.mask is not None
+    end = rows.end
+    layers = zip(rows.keys, rows.values, strict=True)
+    return rows.mask[pick, :end], [(k[pick, :, :end], v[pick, :, :end]) for k, v in layers]
 
 
-def _pad_left(x: torch.Tensor, width: int, dim: int = -2) -> torch.Tensor:
-    """``x`` with zeros prepended along ``dim`` up to ``width``."""
-    missing = width - x.shape[dim]
-    if missing == 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x.new_zeros(shape), x], dim=dim)
+def _windows(part: Batch | Rows | _Row) -> list[int | None]:
+    """Each layer's sliding window (None: full attention) as a part's cache says."""
+    if not isinstance(part, Batch):
+        source = part.rows if isinstance(part, _Row) else part
+        assert source.windows is not None
+        return list(source.windows)
+    windows = [layer.sliding_window if isinstance(layer, DynamicSlidingWindowLayer) else None
+               for layer in part.cache.layers]  # fmt: skip
+    if len({w for w in windows if w is not None}) > 1:
+        raise TypeError("batched chat decoding supports one sliding-window size per model")
+    return windows
+
+
+def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(rows, W)`` True-to-attend as transformers' additive mask ``(rows, 1, 1, W)``: 0 or the dtype's minimum."""
+    mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
+    return mask[:, None, None, :]
 
 
 def _check_layers(cache: Any) -> None:
-    """Refuse a cache with a kind of layer whose columns :func:`join` and :func:`keep` do not know."""
+    """Refuse a cache with a kind of layer whose columns :class:`Rows` does not know."""
     for layer in cache.layers:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             kind = type(layer).__name__
             raise TypeError(f"batched chat decoding supports full and sliding-window attention caches, not {kind}")
-
-
-def _snapshot(cache: Any) -> list[tuple]:
-    """What :func:`_restore` needs to undo a forward (a layer's update replaces its tensors, never writes into them)."""
-    return [(layer.keys, layer.values, getattr(layer, "cumulative_length", None)) for layer in cache.layers]
-
-
-def _restore(cache: Any, saved: list[tuple]) -> None:
-    for layer, (keys, values, length) in zip(cache.layers, saved, strict=True):
-        layer.keys, layer.values = keys, values
-        if length is not None:
-            layer.cumulative_length = length
