@@ -235,6 +235,20 @@ def test_sample_gives_a_possible_token_for_any_temperature_and_top_p(logits, tem
         assert gap == 0 or (temperature > 0 and math.exp(-gap / temperature) == 1.0), (gap, temperature)
 
 
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), vocab=st.integers(1, 9), n=st.integers(1, 6))
+def test_sampling_a_batch_gives_each_row_the_token_it_gets_alone(data, vocab, n):
+    # The server samples all chats of a step at once: a row's token must not depend on the rows beside it.
+    finite = st.floats(-30, 30, width=32)
+    logits = torch.tensor(data.draw(st.lists(st.lists(finite, min_size=vocab, max_size=vocab), min_size=n, max_size=n)))
+    temperature, top_p = st.just(0.0) | st.floats(0.01, 2), st.floats(0.05, 1)
+    samplings = [nosink.serve.jobs.Sampling(1, data.draw(temperature), data.draw(top_p), (), 0) for _ in range(n)]
+    seeds = data.draw(st.lists(st.integers(0, 2**32), min_size=n, max_size=n))
+    together = nosink.serve.generation.sample_rows(logits, samplings, [torch.Generator().manual_seed(s) for s in seeds])
+    for row, sampling, seed, token in zip(logits, samplings, seeds, together, strict=True):
+        assert token == nosink.serve.generation.sample(row, sampling, torch.Generator().manual_seed(seed))
+
+
 # Every JSON value a client can send in a field: huge integers, floats (NaN, Infinity, 1e-300), bools, ...
 JSON_VALUES = st.recursive(
     st.none()

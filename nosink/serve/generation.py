@@ -132,11 +132,18 @@ class Chats:
         """Give ``self.active[first + i]`` the token sampled from ``logits[i]``; the chats that end leave the batch."""
         if logits is None:
             return
-        logits = logits.float().cpu()  # (n, V): one copy from the device for the whole step
+        chats = self.active[first:]
+        try:  # sampled where the logits are: only the token ids cross to the host
+            tokens: list[int | None] = sample_rows(logits, [c.sampling for c in chats], [c.generator for c in chats])
+        except Exception:  # one chat's settings at fault: the others must not fail with it
+            logger.exception("batched sampling failed; sampling each chat alone")
+            tokens = [_sample_or_none(row, c) for row, c in zip(logits, chats, strict=True)]
         ended = set()
-        for chat, row in zip(self.active[first:], logits, strict=True):
+        for chat, token in zip(chats, tokens, strict=True):
             try:
-                if self._take_token(chat, sample(row, chat.sampling, chat.generator)):
+                if token is None:
+                    raise ValueError("no token can be sampled: the probabilities are not finite numbers")
+                if self._take_token(chat, token):
                     ended.add(id(chat))
             except Exception as err:
                 logger.exception("chat generation failed")
@@ -226,21 +233,57 @@ def emit(chat: ChatJob, event: tuple) -> None:
 
 
 def sample(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
-    """One token id from ``(V,)`` logits: greedy at temperature 0, else softmax(logits / T) cut to top_p.
+    """One token id from ``(V,)`` logits, as :func:`sample_rows` samples a row.
 
-    The logits are shifted to a maximum of 0 in float64 before dividing, so a tiny temperature gives no NaN.
+    Raises:
+        ValueError: where no token can be sampled (a NaN temperature, no finite logit).
     """
-    if sampling.temperature == 0:
-        return int(logits.argmax())
-    logits = logits.double()
-    probs = torch.softmax((logits - logits.max()) / sampling.temperature, dim=-1)  # (V,)
-    if sampling.top_p < 1:
-        sorted_probs, order = probs.sort(descending=True)
-        outside = sorted_probs.cumsum(0) - sorted_probs >= sampling.top_p
-        outside[0] = False  # kept even where top_p rounds to 0 next to the probabilities
-        sorted_probs[outside] = 0
-        probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    token = sample_rows(logits[None], [sampling], [generator])[0]
+    if token is None:
+        raise ValueError("no token can be sampled: the probabilities are not finite numbers")
+    return token
+
+
+def sample_rows(
+    logits: torch.Tensor, samplings: Sequence[Sampling], generators: Sequence[torch.Generator | None]
+) -> list[int | None]:
+    """A token id from each row of ``(n, V)`` logits, on their device: greedy at temperature 0, else drawn from
+    softmax(logits / T) cut to top_p; None for a row with no finite probabilities.
+
+    A row is drawn by inverting its distribution's cumulative sum (tokens sorted by probability) at one uniform
+    number from its own generator (on the host), so a row's token depends on its logits and its generator only,
+    never on the other rows. The logits are shifted to a maximum of 0 in float64 before dividing, so a tiny
+    temperature gives no NaN. Only the ``n`` ids are copied to the host.
+    """
+    tokens = logits.argmax(-1)  # (n,): greedy rows take this
+    drawn = [i for i, s in enumerate(samplings) if s.temperature != 0]
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    if drawn:
+        device = logits.device
+        index = torch.tensor(drawn, dtype=torch.long, device=device)
+        x = logits.index_select(0, index).double()  # (r, V)
+        temperature = torch.tensor([samplings[i].temperature for i in drawn], dtype=torch.float64, device=device)
+        probs = torch.softmax((x - x.max(-1, keepdim=True).values) / temperature[:, None], dim=-1)
+        sorted_probs, order = probs.sort(-1, descending=True)
+        top_p = torch.tensor([samplings[i].top_p for i in drawn], dtype=torch.float64, device=device)
+        outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p[:, None]
+        outside[:, 0] = False  # kept even where top_p rounds to 0 next to the probabilities
+        cdf = sorted_probs.masked_fill(outside, 0).cumsum(-1)  # (r, V)
+        total = cdf[:, -1]
+        uniform = torch.stack([torch.rand((), dtype=torch.float64, generator=generators[i]) for i in drawn])
+        at = torch.searchsorted(cdf, (uniform.to(device) * total)[:, None]).clamp(max=cdf.shape[1] - 1)  # (r, 1)
+        tokens = tokens.index_copy(0, index, order.gather(1, at)[:, 0])
+        valid = valid.index_copy(0, index, torch.isfinite(total) & (total > 0))
+    ids, ok = tokens.tolist(), valid.tolist()
+    return [t if good else None for t, good in zip(ids, ok, strict=True)]
+
+
+def _sample_or_none(logits: torch.Tensor, chat: ChatJob) -> int | None:
+    try:
+        return sample(logits, chat.sampling, chat.generator)
+    except Exception:
+        logger.exception("chat sampling failed")
+        return None
 
 
 def visible(text: str, stops: Sequence[str]) -> tuple[int, bool]:
