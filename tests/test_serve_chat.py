@@ -236,7 +236,9 @@ def test_on_a_gpu_the_decode_step_replays_a_cuda_graph_and_decodes_as_alone(fami
         arrivals.setdefault(at, []).append(job)
     chats = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0})
     drive(chats, arrivals)
-    assert chats.rows.broken is None and set(chats.rows.graphs) <= {1, 2, 4} and len(chats.rows.graphs) >= 2
+    decode_rows = {rows for rows, length in chats.rows.graphs if length == 1}
+    assert chats.rows.broken is None and decode_rows <= {1, 2, 4} and len(decode_rows) >= 2
+    assert chats.incoming.broken is None and chats.incoming.graphs  # the prompts were prefilled by graphs too
     for job, (_, m, _) in zip(jobs, plan, strict=True):
         assert job.ids == alone(lm, job.prompt_ids, m)
 
@@ -248,10 +250,11 @@ def test_on_a_gpu_buffers_grown_mid_decode_are_captured_again():
     first = kv.FIRST_WIDTH
     jobs = [chat(prompt(first - 3, 0), 8), chat(prompt(4, 1), 12), chat(prompt(first + 20, 2), 3)]
     chats = Chats(lm, tok, 4, {"chat_tokens": 0, "dropped": 0})
-    captured = []
-    drive(chats, {0: jobs[:2], 5: jobs[2:]}, on_step=lambda i: captured.append(len(chats.rows.graphs)))
-    assert chats.rows.broken is None and captured[2] >= 1 and 0 in captured[3:]  # graphs dropped, then made again
-    assert max(captured[captured.index(0, 3) :]) >= 1
+    widths = []
+    columns = lambda i: widths.append(chats.rows.mask.shape[1] if chats.rows.mask is not None else 0)  # noqa: E731
+    drive(chats, {0: jobs[:2], 5: jobs[2:]}, on_step=columns)
+    assert max(widths) == 2 * first and chats.rows.broken is None
+    assert chats.rows.captures > len({rows for rows, _ in chats.rows.graphs})  # the grown buffers' graphs again
     for job, m in zip(jobs, (8, 12, 3), strict=True):
         assert job.ids == alone(lm, job.prompt_ids, m)
 

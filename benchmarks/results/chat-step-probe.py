@@ -19,26 +19,43 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def steps_ms(lm: torch.nn.Module, prompts: list[list[int]], tokens: int = 32, graphs: bool = True) -> tuple:
-    """(prefill ms, median decode step ms) of ``prompts`` decoded greedily side by side for ``tokens`` steps, the
-    steps replayed as CUDA graphs or not (``graphs``), as the server's :class:`nosink.serve.kv.Rows` runs them."""
-    from nosink.serve import kv
-
+def steps_ms(rows, incoming, prompts: list[list[int]], tokens: int = 32) -> tuple:
+    """(prefill ms, median decode step ms) of ``prompts`` decoded greedily side by side for ``tokens`` steps by
+    the server's :class:`nosink.serve.kv.Rows` (``incoming`` prefills, ``rows`` decodes)."""
     with torch.inference_mode():
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
         start = time.perf_counter()
-        logits, batch = kv.prefill(lm, prompts)
-        rows = kv.Rows(lm, graphs=graphs)
-        rows.join([batch])
-        ids = logits.float().argmax(-1).cpu().tolist()
+        logits = incoming.prefill(prompts)
+        rows.join([incoming])
+        incoming.clear()
+        ids = logits.argmax(-1).tolist()
         prefill = 1000 * (time.perf_counter() - start)
         times = []
         for _ in range(tokens):
             start = time.perf_counter()
-            ids = rows.step(ids).argmax(-1).cpu().tolist()
+            ids = rows.step(ids).argmax(-1).tolist()
             times.append(1000 * (time.perf_counter() - start))
-    return prefill, statistics.median(times[2:])  # the first steps of a row count capture their graph
+        rows.keep([])
+    return prefill, statistics.median(times)
+
+
+def chats_ms(lm, tok, prompts: list[list[int]], steps: int = 32) -> float:
+    """Median ms of the engine's :meth:`Chats.step` (decode, sampling, incremental detokenizing; events dropped)
+    with ``len(prompts)`` chats decoding greedily, after their prefill step."""
+    from nosink.serve.generation import Chats
+    from nosink.serve.jobs import ChatJob, Sampling
+
+    chats = Chats(lm, tok, 16, {"chat_tokens": 0, "dropped": 0})
+    for p in prompts:
+        chats.add(ChatJob(p, Sampling(steps + 8, 0.0, 1.0, (), None), lambda event: None))
+    times = []
+    with torch.inference_mode():
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            chats.step()
+            times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times[1:])
 
 
 def main() -> None:
@@ -69,19 +86,26 @@ def main() -> None:
         for _ in range(3):
             encoder.encode(texts, batch_size=128, show_progress_bar=False)
         print(f"encoder graphs: {encoder.graph_counts()}, attention now {lm.config._attn_implementation}")
-        rows = []
-        for n in (1, 8, 16):
-            for graphs in (False, True):
-                steps_ms(lm, prompts[:n], 4, graphs)  # warm-up
-                rows.append((graphs, n, *steps_ms(lm, prompts[:n], 32, graphs)))
-        print("\n| decode step | chats | prefill ms | ms a decode step |\n|---|---|---|---|")
-        for graphs, n, pre, step in rows:
+        from nosink.serve import kv
+
+        table = []
+        for graphs in (False, True):
+            rows, incoming = kv.Rows(lm, graphs=graphs, rows=16), kv.Rows(lm, graphs=graphs, rows=16)
+            for n in (1, 8, 16):
+                steps_ms(rows, incoming, prompts[:n], 4)  # warm-up: the graphs of n rows are captured here
+                table.append((graphs, n, *steps_ms(rows, incoming, prompts[:n], 32)))
+        print("\n| forward | chats | prefill ms | ms a decode step |\n|---|---|---|---|")
+        for graphs, n, pre, step in table:
             print(f"| {'CUDA graph' if graphs else 'as it is'} | {n} | {pre:.1f} | {step:.2f} |")
+        print("\n| chats | ms an engine chat step (decode, sampling, detokenizing) |\n|---|---|")
+        for n in (1, 8, 16):
+            chats_ms(lm, tok, prompts[:n], 8)
+            print(f"| {n} | {chats_ms(lm, tok, prompts[:n]):.2f} |")
         profile = cProfile.Profile()
         profile.enable()
-        steps_ms(lm, prompts[:8], 16)
+        chats_ms(lm, tok, prompts[:16], 16)
         profile.disable()
-        print("\nprofile of 16 graph-replayed steps of 8 chats (by own time):")
+        print("\nprofile of 16 engine chat steps of 16 chats (by own time):")
         pstats.Stats(profile).sort_stats("tottime").print_stats(12)
 
 

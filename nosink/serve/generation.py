@@ -32,7 +32,8 @@ class Chats:
         self.lm, self.tokenizer, self.max_active, self.stats = lm, tokenizer, max_active, stats
         self.waiting: list[ChatJob] = []
         self.active: list[ChatJob] = []  # row i of self.rows is self.active[i]
-        self.rows = kv.Rows(lm, rows=max_active) if lm is not None else None
+        self.rows = kv.Rows(lm, rows=max_active) if lm is not None else None  # the chats being decoded
+        self.incoming = kv.Rows(lm, rows=max_active) if lm is not None else None  # their prompts' prefill
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -110,23 +111,35 @@ class Chats:
             else:
                 chat.generator.manual_seed(chat.sampling.seed)
             chat.detokenizer = Detokenizer(self.tokenizer)
+        started: list[ChatJob] = []
+        logits: list[torch.Tensor] = []
         try:
-            groups = [(chats, *kv.prefill(self.lm, [c.prompt_ids for c in chats]))]
+            logits.append(self._prefill(chats))
+            started += chats
         except Exception:
             logger.exception("batched prefill failed; retrying each chat alone")
-            groups = []
             for chat in chats:
                 try:
-                    groups.append(([chat], *kv.prefill(self.lm, [chat.prompt_ids])))
+                    logits.append(self._prefill([chat]))
+                    started.append(chat)
                 except Exception as err:
                     logger.exception("chat generation failed")
                     emit(chat, ("error", f"generation failed: {printable(str(err))}"))
-        if not groups:
+        if not started:
             return
         old = len(self.active)
-        self.active += [c for group, _, _ in groups for c in group]
-        self.rows.join([b for _, _, b in groups])
-        self._advance(torch.cat([logits for _, logits, _ in groups]), first=old)
+        self.active += started
+        self._advance(torch.cat(logits), first=old)
+
+    def _prefill(self, chats: list[ChatJob]) -> torch.Tensor:
+        """Prefill ``chats`` in one forward and add them to the rows being decoded: their next tokens' logits."""
+        assert self.rows is not None and self.incoming is not None
+        try:
+            logits = self.incoming.prefill([c.prompt_ids for c in chats])
+            self.rows.join([self.incoming])
+        finally:
+            self.incoming.clear()
+        return logits
 
     def _advance(self, logits: torch.Tensor | None, first: int = 0) -> None:
         """Give ``self.active[first + i]`` the token sampled from ``logits[i]``; the chats that end leave the batch."""

@@ -36,6 +36,8 @@ from nosink.models.graphs import capture
 logger = logging.getLogger(__name__)
 
 FIRST_WIDTH = 256  # columns of the first buffers (and of those kept while no chat runs)
+PREFILL_MIN = 16  # prompts are left-padded to a power of two of at least this many tokens
+PREFILL_GRAPH_MAX = 512  # longer prompts are prefilled as they are, not by a graph
 
 
 @dataclass
@@ -85,10 +87,11 @@ class Rows:
         self.keys: list[torch.Tensor] = []  # per layer (R, heads, W, head_dim)
         self.values: list[torch.Tensor] = []
         self.mask: torch.Tensor | None = None  # (R, W) bool: True on a chat's tokens
-        self.ids: torch.Tensor | None = None  # (R, 1) long: each row's token to feed
-        self.column: torch.Tensor | None = None  # (1,) long: the column written by the next step
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # rows -> (graph, its logits)
+        self.fed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # L -> (R, L) ids fed and (R, L) bool: real ones
+        self.column: torch.Tensor | None = None  # (1,) long: the first column the next forward writes
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # (rows, L) -> graph, logits
         self.broken: Exception | None = None  # a capture failed: steps run as they are from then on
+        self.captures = 0  # graphs captured so far (growing the buffers drops them: they are captured again)
         self._pool: object | None = None
 
     def __len__(self) -> int:
@@ -174,45 +177,81 @@ class Rows:
             if self.mask.shape[1] > FIRST_WIDTH:
                 self._free()
 
-    # -- the step
+    # -- the forward passes
 
     def step(self, tokens: Sequence[int]) -> torch.Tensor:
         """Feed each chat its next token (one forward for all): the logits of the token after ``(n, V)``.
 
-        A step that fails leaves the chats as they were (its writes are to the column no mask shows yet).
+        A step that fails leaves the chats as they were (its writes are to a column no mask shows yet).
         """
-        assert self.mask is not None and self.ids is not None and self.column is not None and len(tokens) == self.n
-        if self.end + 1 > self.mask.shape[1]:
-            self._fit(self.n, self.end + 1)
-        rows = 1 << (self.n - 1).bit_length()  # the next power of two: one graph serves every count up to it
-        self.ids[: self.n, 0] = torch.tensor(list(tokens), dtype=torch.long).to(self.ids.device, non_blocking=True)
-        self.ids[self.n : rows] = 0
+        if len(tokens) != self.n:
+            raise ValueError(f"a step feeds one token to each of the {self.n} chats, got {len(tokens)}")
+        return self._run([[t] for t in tokens], 1)
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Start ``prompts`` in this empty :class:`Rows` (one forward, left-padded to a power of two of at least
+        16 tokens): the logits of each one's next token ``(n, V)``. Join them to the running chats with
+        :meth:`join`, then :meth:`clear` this one for the next prompts."""
+        if self.n:
+            raise ValueError("prefill starts chats in an empty Rows; join it to the running ones")
+        self._learn_layers()
+        length = max(PREFILL_MIN, 1 << (max(len(p) for p in prompts) - 1).bit_length())
+        self.n = len(prompts)
+        try:
+            return self._run(prompts, length)
+        except BaseException:
+            self.clear()
+            raise
+
+    def _run(self, fed: Sequence[Sequence[int]], length: int) -> torch.Tensor:
+        """Feed row ``i`` the tokens ``fed[i]``, left-padded to ``length``, in one forward: ``(n, V)`` logits."""
+        n = len(fed)
+        self._fit(n, self.end + length)
+        assert self.mask is not None and self.column is not None
+        rows = 1 << (n - 1).bit_length()  # the next power of two: one graph serves every count up to it
+        ids, real = self._fed(length)
+        host_ids = torch.zeros(rows, length, dtype=torch.long)
+        host_real = torch.zeros(rows, length, dtype=torch.bool)
+        for i, tokens in enumerate(fed):
+            host_ids[i, length - len(tokens) :] = torch.tensor(list(tokens), dtype=torch.long)
+            host_real[i, length - len(tokens) :] = True
+        ids[:rows].copy_(host_ids, non_blocking=True)
+        real[:rows].copy_(host_real, non_blocking=True)
         self.column.fill_(self.end)
-        logits = self._replay(rows)
+        logits = self._replay(rows, length)
         if logits is None:
-            logits = self._forward(rows)
-        out = logits[: self.n].float()  # a tensor of its own: a graph's logits are overwritten by its next replay
-        self.mask[: self.n, self.end] = True
-        self.end += 1
+            logits = self._forward(rows, length)
+        out = logits[:n].float()  # a tensor of its own: a graph's logits are overwritten by its next replay
+        self.mask[:n, self.end : self.end + length] = real[:n]
+        self.end += length
         return out
 
-    def _forward(self, rows: int) -> torch.Tensor:
-        """The step's forward over the first ``rows`` rows of the buffers (what a graph captures): ``(rows, V)``."""
-        assert self.mask is not None and self.ids is not None and self.windows is not None
-        mask = self.mask[:rows]  # (rows, W)
-        columns = torch.arange(mask.shape[1], device=mask.device)
-        live = mask | (columns == self.column)  # the chats' tokens and the new one
-        positions = mask.sum(-1, keepdim=True)  # (rows, 1): the tokens each row already has
+    def _forward(self, rows: int, length: int) -> torch.Tensor:
+        """The forward of the first ``rows`` rows, ``length`` tokens each (what a graph captures): ``(rows, V)``.
+
+        Query ``q`` of a row (written at column ``at[q]``) sees the row's earlier tokens and its own column;
+        a sliding-window layer only the last ``window`` columns of these.
+        """
+        assert self.mask is not None and self.column is not None and self.windows is not None
+        ids, real = self._fed(length)
+        ids, real, mask = ids[:rows], real[:rows], self.mask[:rows]  # (rows, L), (rows, L), (rows, W)
+        columns = torch.arange(mask.shape[1], device=mask.device)  # (W,)
+        at = self.column + torch.arange(length, device=mask.device)  # (L,): the columns written
+        tokens = mask.index_copy(1, at, real)  # (rows, W): every token, the fed ones included
+        positions = (mask.sum(-1, keepdim=True) + real.cumsum(-1) - 1).clamp(min=0)  # (rows, L)
+        behind = columns[None, :] <= at[:, None]  # (L, W)
+        own = columns[None, :] == at[:, None]
+        live = (tokens[:, None, :] & behind[None]) | own[None]  # (rows, L, W)
         dtype = self.keys[0].dtype
         masks = {}
         if None in self.windows:
             masks["full_attention"] = _additive(live, dtype)
         window = next((w for w in self.windows if w is not None), None)
         if window is not None:
-            masks["sliding_attention"] = _additive(live & (columns > self.column - window), dtype)
-        layers = [_Slot(k[:rows], v[:rows], self.column) for k, v in zip(self.keys, self.values, strict=True)]
+            masks["sliding_attention"] = _additive(live & (columns[None, :] > at[:, None] - window)[None], dtype)
+        layers = [_Slot(k[:rows], v[:rows], at) for k, v in zip(self.keys, self.values, strict=True)]
         out = self.lm(
-            input_ids=self.ids[:rows],
+            input_ids=ids,
             attention_mask=masks if len(masks) > 1 else next(iter(masks.values())),
             position_ids=positions,
             cache=Cache(layers=layers),
@@ -221,24 +260,45 @@ class Rows:
         )
         return out.logits[:, -1]
 
-    def _replay(self, rows: int) -> torch.Tensor | None:
-        """The step's logits from the graph of ``rows`` (captured at its first use); None where none runs."""
+    def _replay(self, rows: int, length: int) -> torch.Tensor | None:
+        """The logits from the graph of ``(rows, length)`` (captured at its first use); None where none runs."""
         device = self.keys[0].device
-        if not self.use_graphs or device.type != "cuda" or self.broken is not None:
+        if not self.use_graphs or device.type != "cuda" or self.broken is not None or length > PREFILL_GRAPH_MAX:
             return None
-        if rows not in self.graphs:
+        if (rows, length) not in self.graphs:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             try:
-                self.graphs[rows] = capture(lambda: self._forward(rows), device, self._pool)
+                self.graphs[rows, length] = capture(lambda: self._forward(rows, length), device, self._pool)
+                self.captures += 1
             except Exception as err:  # a kernel that cannot be captured, or a host sync in the model's forward
                 self.broken = err
                 logger.warning("chat decoding runs without CUDA graphs: capturing a step failed (%s)", err)
                 return None
-            logger.debug("captured a chat decode step of %d rows, %d columns", rows, self.keys[0].shape[2])
-        graph, logits = self.graphs[rows]
+            logger.debug("captured a chat forward of %d rows x %d tokens over %d columns", rows, length, self.width)
+        graph, logits = self.graphs[rows, length]
         graph.replay()
         return logits
+
+    def _fed(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The buffers of the ids fed ``length`` at a time and of which of them are real (not left padding)."""
+        if length not in self.fed:
+            assert self.mask is not None
+            rows, device = self.mask.shape[0], self.mask.device
+            self.fed[length] = (
+                torch.zeros(rows, length, dtype=torch.long, device=device),
+                torch.zeros(rows, length, dtype=torch.bool, device=device),
+            )
+        return self.fed[length]
+
+    def _learn_layers(self) -> None:
+        """Each layer's kind and key shape, from a one-token forward through transformers' own cache."""
+        if self.windows is None:
+            with torch.no_grad():
+                _, batch = prefill(self.lm, [[0]])
+            self.windows = _windows(batch)
+            self.layout = [(layer.keys.shape[1], layer.keys.shape[3], layer.keys.dtype, layer.keys.device)
+                           for layer in batch.cache.layers]  # fmt: skip
 
     # -- the buffers
 
@@ -262,30 +322,30 @@ class Rows:
             mask[: self.n, : self.end] = self.mask[: self.n, : self.end]
         self._free()
         self.keys, self.values, self.mask = keys, values, mask
-        self.ids = torch.zeros(new_rows, 1, dtype=torch.long, device=device)
         self.column = torch.zeros(1, dtype=torch.long, device=device)
 
     def _free(self) -> None:
         self.graphs.clear()  # they read the old buffers
         self._pool = None  # freed with its last graph: a capture into it now would fail
-        self.keys, self.values, self.mask, self.ids, self.column = [], [], None, None, None
+        self.keys, self.values, self.mask, self.column = [], [], None, None
+        self.fed.clear()
 
 
 class _Slot(CacheLayerMixin):
-    """One layer's cache during a step: writes the new keys and values at ``column`` of its buffers, in place."""
+    """One layer's cache during a forward: writes the new keys and values at ``columns`` of its buffers, in place."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor) -> None:
         super().__init__()
-        self.keys, self.values, self.column = keys, values, column
+        self.keys, self.values, self.columns = keys, values, columns
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Nothing to do: the buffers exist."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple:
-        """Write the step's ``(rows, heads, 1, head_dim)`` states at the column; the whole buffers to attend over."""
-        self.keys.index_copy_(2, self.column, key_states.to(self.keys.dtype))
-        self.values.index_copy_(2, self.column, value_states.to(self.values.dtype))
+        """Write the ``(rows, heads, L, head_dim)`` states at the columns; the whole buffers to attend over."""
+        self.keys.index_copy_(2, self.columns, key_states.to(self.keys.dtype))
+        self.values.index_copy_(2, self.columns, value_states.to(self.values.dtype))
         return self.keys, self.values
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -315,8 +375,9 @@ def _columns(part: Batch | Rows | _Row) -> tuple[torch.Tensor, list[tuple[torch.
     rows, pick = (part.rows, slice(part.i, part.i + 1)) if isinstance(part, _Row) else (part, slice(0, part.n))
     assert rows.mask is not None
     end = rows.end
+    start = int((~rows.mask[pick, :end].any(0)).long().cumprod(0).sum())  # leading columns with no token: left out
     layers = zip(rows.keys, rows.values, strict=True)
-    return rows.mask[pick, :end], [(k[pick, :, :end], v[pick, :, :end]) for k, v in layers]
+    return rows.mask[pick, start:end], [(k[pick, :, start:end], v[pick, :, start:end]) for k, v in layers]
 
 
 def _windows(part: Batch | Rows | _Row) -> list[int | None]:
@@ -333,9 +394,9 @@ def _windows(part: Batch | Rows | _Row) -> list[int | None]:
 
 
 def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``(rows, W)`` True-to-attend as transformers' additive mask ``(rows, 1, 1, W)``: 0 or the dtype's minimum."""
+    """``(rows, L, W)`` True-to-attend as transformers' additive mask ``(rows, 1, L, W)``: 0 or the dtype's minimum."""
     mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)
-    return mask[:, None, None, :]
+    return mask[:, None]
 
 
 def _check_layers(cache: Any) -> None:
