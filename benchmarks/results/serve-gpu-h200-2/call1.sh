@@ -2,12 +2,7 @@
 # Device call 1: CUDA tests, the serving load at this commit (4 and 8 front-ends), and the same loads at the
 # code before this session's serving changes (ed8d762, a copy in .gpu/old) on the same machine.
 set -uo pipefail
-SRC=$(pwd)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/card.txt"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r nosink /tmp/pkg/nosink
-for d in layerspec models corpus evals; do cp -r $d /tmp/pkg/nosink/$d; done
-export PYTHONPATH=/tmp/pkg:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+source benchmarks/results/device-setup.sh
 t0=$SECONDS
 timeout 120 python3 -P -m pytest -q -x -p no:cacheprovider tests/test_graphs.py 2>&1 | tail -4 | tee "$OUT/tests.txt"
 echo "tests: $((SECONDS - t0)) s"

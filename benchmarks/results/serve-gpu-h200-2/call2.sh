@@ -2,12 +2,7 @@
 # Device call 2: the graph tests again, the mixed load's collapse looked for (before and after 256x1), the
 # Llama-3.2-1B shape's table.
 set -uo pipefail
-SRC=$(pwd)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/card.txt"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r nosink /tmp/pkg/nosink
-for d in layerspec models corpus evals; do cp -r $d /tmp/pkg/nosink/$d; done
-export PYTHONPATH=/tmp/pkg:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+source benchmarks/results/device-setup.sh
 t0=$SECONDS
 timeout 100 python3 -P -m pytest -q -p no:cacheprovider tests/test_graphs.py 2>&1 | tail -3 | tee "$OUT/tests.txt"
 echo "tests: $((SECONDS - t0)) s"

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Device call 3: why a chat step is slow (both shapes), and encode() of F* and M0B (issue 28's rows) again.
 set -uo pipefail
-SRC=$(pwd)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/card.txt"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r nosink /tmp/pkg/nosink
-for d in layerspec models corpus evals; do cp -r $d /tmp/pkg/nosink/$d; done
-export PYTHONPATH=/tmp/pkg:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+source benchmarks/results/device-setup.sh
 t0=$SECONDS
 for arch in qwen2.5-0.5b llama-1b; do
     spec="F* | M0B*12"; [ $arch = llama-1b ] && spec="F* | M0B*8"

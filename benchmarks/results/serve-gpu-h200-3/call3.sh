@@ -2,12 +2,7 @@
 # Issue 29, this session: the chat decode step as a CUDA graph (kv.Rows) on a GPU: its tests, the step probe,
 # then the serving table of the Qwen2.5-0.5B shape (and the Llama-3.2-1B shape while time is left).
 set -uo pipefail
-SRC=$(pwd)
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/card.txt"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r nosink /tmp/pkg/nosink
-for d in layerspec models corpus evals; do cp -r $d /tmp/pkg/nosink/$d; done
-export PYTHONPATH=/tmp/pkg:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+source benchmarks/results/device-setup.sh
 t0=$SECONDS
 (cd tests && timeout 120 python3 -P -m pytest -q -p no:cacheprovider --import-mode=importlib test_serve_chat.py 2>&1 | tail -4) | tee "$OUT/tests.txt"
 echo "tests: $((SECONDS - t0)) s"
