@@ -730,6 +730,7 @@ def test_health_counts_each_answered_request_and_its_time_in_the_engine(server):
     assert all(job.future.done() for job in jobs)
     assert health["embedding_requests"] == 2 and health["embedding_request_ms"] >= 2 * 50
     assert health["graphs"] == 0 and health["graph_replays"] == 0  # CUDA graphs only run on a GPU
+    assert health["chat_graphs"] == health["chat_graph_captures"] == 0
 
 
 def test_a_batch_is_at_most_batch_texts_and_the_rest_waits_its_turn(server):

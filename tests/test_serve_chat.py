@@ -209,6 +209,22 @@ def test_join_and_keep_place_the_chats_right_aligned_and_cut_the_padding_columns
         assert (len(rows), rows.width) == (0, 0)
 
 
+def test_rows_refuse_what_they_cannot_run():
+    lm, _ = tiny_lm()
+    rows = kv.Rows(lm)
+    with pytest.raises(ValueError, match="at least one token"):
+        rows.prefill([prompt(3, 0), []])
+    with pytest.raises(ValueError, match="at least one prompt"):
+        rows.prefill([])
+    with torch.inference_mode():
+        rows.prefill([prompt(3, 0)])
+        with pytest.raises(ValueError, match="empty Rows"):
+            rows.prefill([prompt(2, 1)])
+        with pytest.raises(ValueError, match="one token to each of the 1 chats, got 2"):
+            rows.step([5, 6])
+    assert rows.graph_counts() == {"graphs": 0, "captures": 0}  # no graph off a GPU
+
+
 def test_a_chat_longer_than_the_buffers_grows_them_and_decodes_as_alone():
     lm, tok = tiny_lm()
     first = kv.FIRST_WIDTH

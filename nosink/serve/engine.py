@@ -107,8 +107,9 @@ class Engine:
         return len(self.inbox) + len(self.batches) + len(self.chats)
 
     def health(self) -> dict[str, int]:
-        """Requests waiting, the counts of work done and the encoder's CUDA graphs: what ``/health`` shows."""
-        return {"waiting": self.busy(), **self.stats, **self.encoder.graph_counts()}
+        """Requests waiting, the counts of work done and the CUDA graphs (the encoder's, the chats'): what ``/health``
+        shows."""
+        return {"waiting": self.busy(), **self.stats, **self.encoder.graph_counts(), **self.chats.graph_counts()}
 
     def submit(self, job: EmbedJob | ChatJob) -> None:
         """Queue a request.

@@ -45,6 +45,12 @@ class Chats:
         """Queue a chat; it starts when fewer than ``max_active`` are being decoded."""
         self.waiting.append(chat)
 
+    def graph_counts(self) -> dict[str, int]:
+        """The CUDA graphs of chat steps and prefills: kept now (``chat_graphs``) and captured in all."""
+        parts = [r.graph_counts() for r in (self.rows, self.incoming) if r is not None]
+        kept, captured = sum(p["graphs"] for p in parts), sum(p["captures"] for p in parts)
+        return {"chat_graphs": kept, "chat_graph_captures": captured}
+
     def jobs(self) -> list[ChatJob]:
         """Every chat not finished yet."""
         return self.waiting + self.active

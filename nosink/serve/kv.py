@@ -97,6 +97,10 @@ class Rows:
     def __len__(self) -> int:
         return self.n
 
+    def graph_counts(self) -> dict[str, int]:
+        """The graphs kept now and captured in all (growing the buffers drops them; they are captured again)."""
+        return {"graphs": len(self.graphs), "captures": self.captures}
+
     @property
     def width(self) -> int:
         """Columns in use: the longest chat's tokens."""
@@ -194,6 +198,8 @@ class Rows:
         :meth:`join`, then :meth:`clear` this one for the next prompts."""
         if self.n:
             raise ValueError("prefill starts chats in an empty Rows; join it to the running ones")
+        if not prompts or not all(prompts):
+            raise ValueError("prefill needs at least one prompt, and every prompt at least one token")
         self._learn_layers()
         length = max(PREFILL_MIN, 1 << (max(len(p) for p in prompts) - 1).bit_length())
         self.n = len(prompts)
