@@ -227,7 +227,7 @@ class Rows:
         logits = self._replay(rows, length)
         if logits is None:
             logits = self._forward(rows, length)
-        out = logits[:n].float()  # a tensor of its own: a graph's logits are overwritten by its next replay
+        out = logits[:n].to(torch.float32, copy=True)  # its own: a graph's logits are overwritten by its next replay
         self.mask[:n, self.end : self.end + length] = real[:n]
         self.end += length
         return out
