@@ -303,6 +303,41 @@ def holdout(
     return [x for i, x in enumerate(items) if i not in chosen], [x for i, x in enumerate(items) if i in chosen]
 
 
+def folds(items: Sequence[T], labels: Sequence[Hashable], k: int = 5, seed: int = 0) -> list[tuple[list[T], list[T]]]:
+    """Seeded stratified k-fold cross-validation: ``k`` pairs ``(rest, held)``, every item held out exactly once.
+
+    Each label's items are shuffled and dealt round the folds in turn (the deal starts where the last label's
+    ended, so fold sizes differ by at most one); a fold that would hold nothing is dropped.
+
+    >>> [(len(rest), len(held)) for rest, held in folds(list(range(10)), [0] * 5 + [1] * 5, k=5)]
+    [(8, 2), (8, 2), (8, 2), (8, 2), (8, 2)]
+
+    Raises:
+        ValueError: for ``k`` below 2, or labels that do not line up with items.
+    """
+    if k < 2:
+        raise ValueError(f"cross-validation needs at least 2 folds, got {k}")
+    if len(labels) != len(items):
+        raise ValueError(f"{len(items)} items but {len(labels)} labels")
+    rng = random.Random(seed)
+    groups: dict[Hashable, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(label, []).append(i)
+    fold_of: dict[int, int] = {}
+    turn = 0
+    for members in groups.values():
+        rng.shuffle(members)
+        for i in members:
+            fold_of[i] = turn % k
+            turn += 1
+    out = []
+    for f in range(k):
+        held = [x for i, x in enumerate(items) if fold_of[i] == f]
+        if held:
+            out.append(([x for i, x in enumerate(items) if fold_of[i] != f], held))
+    return out
+
+
 def select(choose: Mapping[K, float], report: Mapping[K, float]) -> Selection:
     """Pick the best candidate on the ``choose`` split and report its score on the ``report`` split.
 

@@ -126,6 +126,24 @@ def test_holdout_is_stratified_and_seeded():
         stats.holdout(items, labels, fraction=1.0)
 
 
+def test_folds_hold_every_item_out_once_stratified_and_seeded():
+    labels = ["a"] * 50 + ["b"] * 30 + ["c"] * 10 + ["d"]
+    items = list(range(len(labels)))
+    cut = stats.folds(items, labels, k=5, seed=1)
+    assert len(cut) == 5 and sorted(i for _, held in cut for i in held) == items  # each item held out once
+    for rest, held in cut:
+        assert sorted(rest + held) == items
+        counts = {k: sum(labels[i] == k for i in held) for k in "abc"}
+        assert counts == {"a": 10, "b": 6, "c": 2}  # every label spread evenly over the folds
+    assert sorted(len(held) for _, held in cut) == [18, 18, 18, 18, 19]
+    assert stats.folds(items, labels, k=5, seed=1) == cut and stats.folds(items, labels, k=5, seed=2) != cut
+    assert len(stats.folds([1, 2], ["a", "b"], k=5)) == 2  # folds that would hold nothing are left out
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        stats.folds(items, labels, k=1)
+    with pytest.raises(ValueError, match="91 items but 3 labels"):
+        stats.folds(items, labels[:3])
+
+
 def test_select_reports_the_choice_on_the_other_split():
     choose = {"F* | M0B*4": 0.70, "F* | M0B*8": 0.75, "F* | B*8": 0.72}
     report = {"F* | M0B*4": 0.71, "F* | M0B*8": 0.69, "F* | B*8": 0.74}

@@ -137,6 +137,20 @@ def test_classification_chooses_on_a_held_out_part_of_train_and_reports_on_test(
     assert task.texts("choose") == [t for t, _ in train] and len(task.texts("report")) == 28
 
 
+def test_classification_with_choose_folds_chooses_by_cross_validation_over_all_of_train():
+    train = [(f"item {i}", "abcd"[i // 2]) for i in range(8)]  # two items per label: no holdout possible
+    task = ClassificationTask("tiny-cls", train, [("test 0", "a")], choose_folds=2)
+    fits = []
+
+    def vectors(texts):
+        fits.append(len(texts))
+        return np.array([[float("abcd".index("abcd"[int(t.split()[1]) // 2]) if t.startswith("item") else 0.0)]
+                         for t in texts])  # fmt: skip
+
+    assert task.choose_score(vectors) == 1.0  # each item predicted by the fit on the other fold
+    assert fits == [4, 4, 4, 4]  # two folds: a fit on 4 items and a prediction of the other 4, twice
+
+
 def test_classification_refuses_a_training_sample_too_small_to_hold_out_validation_items():
     train = [(f"item {i}", "abcd"[i // 2]) for i in range(8)]  # two items per label: 0.2 of 2 rounds to 0
     with pytest.raises(ValueError, match=r"tiny-cls: the validation holdout .* is empty: 8 training items, at most 2"):

@@ -8,7 +8,8 @@ What ``--data`` holds, per task:
   seeded halves: choose on one, report on the other.
 - ``classification``: a ``.tsv`` or ``.csv`` with a header naming ``text`` and ``label``, or a ``.jsonl`` of
   ``{"text", "label"}`` objects; at least 2 items of each label. A seeded, label-stratified half trains and
-  chooses (on a holdout of it); the classifier refitted on that half reports on the other half.
+  chooses (by 5-fold cross-validation over it: every item of the half scored once); the classifier refitted on
+  that half reports on the other half.
 - ``retrieval``: a BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl`` (``_id``,
   ``text``) and ``qrels/test.tsv`` (``query-id<TAB>corpus-id<TAB>score`` with a header). The judged queries
   are cut in seeded halves; both search the whole corpus.
@@ -28,6 +29,8 @@ from nosink.checks import printable
 from nosink.evals import stats
 
 from .tasks import ClassificationTask, RetrievalTask, STSTask
+
+CHOOSE_FOLDS = 5  # classification: choose by 5-fold cross-validation over the choosing half
 
 __all__ = ["FORMATS", "TUNE_TASKS", "load_user_ner", "load_user_task"]
 
@@ -98,7 +101,7 @@ def _classification(path: Path, seed: int) -> ClassificationTask:
     train, test = stats.holdout(items, [y for _, y in items], 0.5, seed)
     if not test:
         raise ValueError(f"{printable(str(path))}: {len(items)} items; every label needs at least 2 to report on half")
-    return ClassificationTask(path.stem, train, test, seed=seed)
+    return ClassificationTask(path.stem, train, test, seed=seed, choose_folds=CHOOSE_FOLDS)
 
 
 def _retrieval(folder: Path, seed: int) -> RetrievalTask:
