@@ -82,6 +82,15 @@ def _rows(encoder: EncoderFromDecoder, texts: Sequence[str] | str) -> tuple[list
     return texts, [p + t for p, t in zip(tokens.prefix_ids, tokens.text_ids, strict=True)]
 
 
+def profile_ready(encoder: EncoderFromDecoder, texts: Sequence[str], positions: int = 3) -> list[str]:
+    """The ``texts`` that :func:`sink_profile` can read at ``positions``: more than that many tokens with the sink
+    token (a short NER sentence such as ``"Leeds )"`` has no query after the profiled positions)."""
+    if not texts:
+        return []
+    kept, rows = _rows(encoder, texts)
+    return [t for t, r in zip(kept, rows, strict=True) if len(r) > positions]
+
+
 def _batch(encoder: EncoderFromDecoder, texts: Sequence[str] | str, max_tokens: int) -> torch.Tensor:
     texts, rows = _rows(encoder, texts)
     length = min(max_tokens, *(len(r) for r in rows))

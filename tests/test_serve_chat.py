@@ -209,6 +209,22 @@ def test_join_and_keep_place_the_chats_right_aligned_and_cut_the_padding_columns
         assert (len(rows), rows.width) == (0, 0)
 
 
+def test_a_chat_whose_states_overflow_fails_alone_and_leaves_nothing_for_the_next():
+    lm, tok = tiny_lm()
+    later = chat(prompt(5, 1), 6)
+    want = alone(lm, later.prompt_ids, 6)
+    bad_token = 7
+    with torch.no_grad():
+        lm.get_input_embeddings().weight[bad_token] = math.inf  # its hidden states overflow, as fp16's can
+    clean = [t for t in prompt(20, 0) if t != bad_token]
+    bad = chat([*clean[:10], bad_token, *clean[10:]], 6, temperature=1.0, seed=0)  # prefilled 32 wide
+    chats = Chats(lm, tok, 3, {"chat_tokens": 0, "dropped": 0})  # 3: the buffers take 4 rows, a power of two
+    drive(chats, {0: [bad]})
+    assert [e[0] for e in bad.events] == ["error"]
+    drive(chats, {0: [later, chat(prompt(4, 2), 3), chat(prompt(6, 3), 3)]})  # 3 chats at once in 4 rows
+    assert later.ids == want and done(later)  # the NaN the bad chat left in its columns was wiped
+
+
 def test_rows_refuse_what_they_cannot_run():
     lm, _ = tiny_lm()
     rows = kv.Rows(lm)

@@ -13,6 +13,7 @@ from nosink.evals.sinks import (
     neighbours,
     plot_attention_grid,
     plot_sink_profiles,
+    profile_ready,
     sink_profile,
     suggest_spec,
     write_profile,
@@ -115,6 +116,15 @@ GEMMA_LIKE = [
     0.62,
     0.76,
 ]
+
+
+def test_profile_ready_keeps_the_texts_the_profile_can_read():
+    encoder = planted_sink_gpt2()
+    short, long = "cat", "the cat sat on the mat"  # the short one: at most 3 tokens with the sink token
+    with pytest.raises(ValueError, match="at most 3 tokens"):
+        sink_profile(encoder, [long, short])
+    assert profile_ready(encoder, [short, long, short]) == [long] and profile_ready(encoder, []) == []
+    assert sink_profile(encoder, profile_ready(encoder, [long, short]))  # what it keeps, the profile reads
 
 
 def test_k_is_the_layers_that_hold_the_upper_half_of_the_sink_mass():

@@ -154,6 +154,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     """
     import torch
 
+    from nosink.evals.sinks import profile_ready
     from nosink.models import EncoderFromDecoder
     from nosink.models.weights import MODELS, model_path
 
@@ -169,7 +170,8 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
     exits = [max(1, encoder.depth // 2), max(1, 3 * encoder.depth // 4)] if o.exits is None else list(o.exits)
     choose_texts = [" ".join(s.words) for s in task[0]] if o.task == "ner" else task.texts("choose")
-    profile_texts = choose_texts[: o.profile_texts]  # choosing-split texts only: nothing reported is read
+    # choosing-split texts only (nothing reported is read), long enough for the profile
+    profile_texts = profile_ready(encoder, choose_texts[: 4 * o.profile_texts])[: o.profile_texts]
     candidates = _candidates(encoder, o, profile_texts)
     tried, skipped, encoded = [], [], len(profile_texts)
     for i, depth in enumerate(o.prepends):

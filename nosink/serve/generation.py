@@ -33,7 +33,7 @@ class Chats:
         self.waiting: list[ChatJob] = []
         self.active: list[ChatJob] = []  # row i of self.rows is self.active[i]
         self.rows = kv.Rows(lm, rows=max_active) if lm is not None else None  # the chats being decoded
-        self.incoming = kv.Rows(lm, rows=max_active) if lm is not None else None  # their prompts' prefill
+        self.incoming = kv.Rows(lm) if lm is not None else None  # their prompts' prefill (rows grow as needed)
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -91,7 +91,12 @@ class Chats:
         """The failed step again, one chat at a time: a chat whose step fails again gets an error, the others go on."""
         assert self.rows is not None
         logits, ok, kept = [], [], []
-        for chat, row in zip(self.active, self.rows.split(), strict=True):
+        try:
+            alone = self.rows.split()
+        except Exception as err:
+            self._fail_all(self.active, err)
+            return None
+        for chat, row in zip(self.active, alone, strict=True):
             try:
                 logits.append(row.step([chat.ids[-1]]))
                 ok.append(row)
@@ -99,9 +104,13 @@ class Chats:
             except Exception as err:
                 logger.exception("chat generation failed")
                 emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+        try:
+            self.rows.clear()
+            self.rows.join(ok)
+        except Exception as err:
+            self._fail_all(kept, err)
+            return None
         self.active = kept
-        self.rows.clear()
-        self.rows.join(ok)
         return torch.cat(logits) if logits else None
 
     def _start(self, chats: list[ChatJob]) -> None:
@@ -201,9 +210,26 @@ class Chats:
         """Keep only ``chats`` (active ones, in order) in the batch."""
         row = {id(c): i for i, c in enumerate(self.active)}  # by identity: jobs are dataclasses, equal by value
         rows = [row[id(c)] for c in chats]
-        self.active = chats
         if self.rows is not None:
-            self.rows.keep(rows)
+            try:
+                self.rows.keep(rows)
+            except Exception as err:
+                self._fail_all(chats, err)
+                return
+        self.active = chats
+
+    def _fail_all(self, chats: list[ChatJob], err: Exception) -> None:
+        """The cache could not be rearranged (out of memory): ``chats`` fail, and no chat is left half in it."""
+        logger.exception("chat generation failed: the chats' cache could not be rearranged")
+        for chat in chats:
+            emit(chat, ("error", f"generation failed: {printable(str(err))}"))
+        self.active = []
+        if self.rows is not None:
+            self.rows.n = self.rows.end = 0  # what is in the buffers is garbage now; clear() may fail as well
+            try:
+                self.rows.clear()
+            except Exception:
+                logger.exception("clearing the chats' cache failed")
 
 
 class Detokenizer:
@@ -276,7 +302,7 @@ def sample_rows(
     """
     tokens = logits.argmax(-1)  # (n,): greedy rows take this
     drawn = [i for i, s in enumerate(samplings) if s.temperature != 0]
-    valid = torch.ones_like(tokens, dtype=torch.bool)
+    valid = ~torch.isnan(logits).any(-1) & torch.isfinite(logits).any(-1)  # (n,): a NaN is a failure, not a token
     if drawn:
         device = logits.device
         index = torch.tensor(drawn, dtype=torch.long, device=device)
@@ -292,7 +318,7 @@ def sample_rows(
         uniform = torch.stack([torch.rand((), dtype=torch.float64, generator=generators[i]) for i in drawn])
         at = torch.searchsorted(cdf, (uniform.to(device) * total)[:, None]).clamp(max=cdf.shape[1] - 1)  # (r, 1)
         tokens = tokens.index_copy(0, index, order.gather(1, at)[:, 0])
-        valid = valid.index_copy(0, index, torch.isfinite(total) & (total > 0))
+        valid = valid.index_copy(0, index, valid.index_select(0, index) & torch.isfinite(total) & (total > 0))
     ids, ok = tokens.tolist(), valid.tolist()
     return [t if good else None for t, good in zip(ids, ok, strict=True)]
 

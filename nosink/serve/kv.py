@@ -126,14 +126,19 @@ class Rows:
         assert self.mask is not None
         if new_end > self.end:  # the chats move right: their columns end at new_end
             shift = new_end - self.end
-            for buffer in (*self.keys, *self.values):
-                buffer[: self.n, :, shift:new_end] = buffer[: self.n, :, : self.end].clone()
-            self.mask[: self.n, shift:new_end] = self.mask[: self.n, : self.end].clone()
-            self.mask[: self.n, :shift] = False
+            buffers = [(b, b.view(b.shape[0], b.shape[1], b.shape[2], -1)) for b in (*self.keys, *self.values)]
+            buffers.append((self.mask, self.mask.view(self.mask.shape[0], 1, self.mask.shape[1], 1)))
+            # (rows, ., columns, .) views: every copy made before anything is written, so a failure changes nothing
+            moved = [view[: self.n, :, : self.end].clone() for _, view in buffers]
+            for (_, view), part in zip(buffers, moved, strict=True):
+                view[: self.n, :, :shift] = 0
+                view[: self.n, :, shift:new_end] = part
             self.end = new_end
         row = self.n
         for mask, layers in incoming:
             m = mask.shape[0]
+            for buffer in (*self.keys, *self.values):
+                buffer[row : row + m] = 0  # nothing stale in the columns the new rows leave masked
             self.mask[row : row + m] = False
             self.mask[row : row + m, new_end - mask.shape[1] : new_end] = mask.bool()
             for j, (keys, values) in enumerate(layers):
@@ -151,17 +156,16 @@ class Rows:
         assert self.mask is not None
         index = torch.tensor(list(rows), dtype=torch.long, device=self.mask.device)
         k = len(rows)
-        self.mask[:k] = self.mask.index_select(0, index)
-        self.mask[k:] = False
-        cut = int((~self.mask[:k, : self.end].any(0)).long().cumprod(0).sum())  # leading columns with no token
+        mask = self.mask.index_select(0, index)[:, : self.end]  # (k, end)
+        cut = int((~mask.any(0)).long().cumprod(0).sum())  # leading columns with no token
         width = self.end - cut
-        for buffer in (*self.keys, *self.values):
-            buffer[:k] = buffer.index_select(0, index)
-            if cut:
-                buffer[:k, :, :width] = buffer[:k, :, cut : self.end].clone()
-        if cut:
-            self.mask[:k, :width] = self.mask[:k, cut : self.end].clone()
-            self.mask[:k, width:] = False
+        # Everything kept is copied out before anything is written, so a failure (out of memory) changes nothing.
+        kept = [buffer.index_select(0, index)[:, :, cut : self.end] for buffer in (*self.keys, *self.values)]
+        for buffer, part in zip((*self.keys, *self.values), kept, strict=True):
+            buffer.zero_()  # nothing stale (a NaN of a chat gone) stays in a column a later chat leaves masked
+            buffer[:k, :, :width] = part
+        self.mask.zero_()
+        self.mask[:k, :width] = mask[:, cut:]
         self.n, self.end = k, width
 
     def split(self) -> list[Rows]:
@@ -180,6 +184,9 @@ class Rows:
             self.mask.zero_()
             if self.mask.shape[1] > FIRST_WIDTH:
                 self._free()
+            else:  # nothing stale (a NaN of a chat gone) stays in a column a later chat leaves masked
+                for buffer in (*self.keys, *self.values):
+                    buffer.zero_()
 
     # -- the forward passes
 
@@ -313,7 +320,7 @@ class Rows:
         have_rows, have_width = self.mask.shape if self.mask is not None else (0, 0)
         if rows <= have_rows and width <= have_width:
             return
-        new_rows = max(have_rows, self.first_rows, 1 << (rows - 1).bit_length())
+        new_rows = max(have_rows, 1 << (max(rows, self.first_rows) - 1).bit_length())  # a power of two: see _run
         new_width = max(have_width, FIRST_WIDTH)
         while new_width < width:
             new_width *= 2
