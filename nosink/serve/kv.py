@@ -118,8 +118,7 @@ class Rows:
             return
         incoming = [_columns(p) for p in parts]  # (mask (m, L), per layer (keys, values) of (m, h, L_j, d))
         if self.windows is None:
-            self.windows = _windows(parts[0])
-            self.layout = [(k.shape[1], k.shape[3], k.dtype, k.device) for k, _ in incoming[0][1]]
+            self.windows, self.layout = _windows(parts[0]), _layout(incoming[0][1])
         new_end = max([self.end] + [mask.shape[1] for mask, _ in incoming])
         rows = self.n + sum(mask.shape[0] for mask, _ in incoming)
         self._fit(rows, new_end + 1)
@@ -309,9 +308,7 @@ class Rows:
         if self.windows is None:
             with torch.no_grad():
                 _, batch = prefill(self.lm, [[0]])
-            self.windows = _windows(batch)
-            self.layout = [(layer.keys.shape[1], layer.keys.shape[3], layer.keys.dtype, layer.keys.device)
-                           for layer in batch.cache.layers]  # fmt: skip
+            self.windows, self.layout = _windows(batch), _layout(_columns(batch)[1])
 
     # -- the buffers
 
@@ -404,6 +401,11 @@ def _windows(part: Batch | Rows | _Row) -> list[int | None]:
     if len({w for w in windows if w is not None}) > 1:
         raise TypeError("batched chat decoding supports one sliding-window size per model")
     return windows
+
+
+def _layout(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[int, int, torch.dtype, torch.device]]:
+    """Each layer's heads, head_dim, dtype and device, from its keys ``(m, heads, L, head_dim)``."""
+    return [(keys.shape[1], keys.shape[3], keys.dtype, keys.device) for keys, _ in layers]
 
 
 def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
