@@ -557,8 +557,8 @@ def test_a_request_that_never_finishes_arriving_is_answered_408_and_closed(guard
 
 @pytest.mark.parametrize(
     "sent",
-    [HEAD + b"X-a: " + b"y" * 200_000 + b"\r\n\r\n", HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n"],
-    ids=["a huge header", "a bad transfer encoding"],
+    [HEAD + b"Content-Length: many\r\n\r\n", HEAD + b"a header without a colon\r\n\r\n"],
+    ids=["a bad content length", "a header without a colon"],
 )
 def test_a_request_the_http_parser_refuses_gets_an_openai_error_body(guarded_server, sent):
     # uvicorn answers these before the app runs, with a plain-text 400 of its own
@@ -567,6 +567,34 @@ def test_a_request_the_http_parser_refuses_gets_an_openai_error_body(guarded_ser
     assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head.lower(), answer
     error = json.loads(body)["error"]
     assert error["code"] == "invalid_http_request" and error["message"].startswith("malformed HTTP request (")
+    _serves(guarded_server)
+
+
+@pytest.mark.parametrize("chunks", [1, 40], ids=["at once", "trickled"])
+def test_headers_over_the_limit_are_refused_431_and_a_large_body_is_not(guarded_server, chunks):
+    from nosink.serve.http import MAX_HEAD_BYTES
+
+    sent = HEAD + b"X-a: " + b"y" * (MAX_HEAD_BYTES + 100) + b"\r\n\r\n"
+    step = -(-len(sent) // chunks)
+    answer, _ = _closed_after(guarded_server, [sent[i : i + step] for i in range(0, len(sent), step)])
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"content-type: application/json" in head.lower(), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "headers_too_large" and str(MAX_HEAD_BYTES) in error["message"]
+    # A body larger than the head's limit, arriving with the headers in one piece, is a request like any other.
+    body = json.dumps(dict(OK_EMBED, input=["the cat sat on the mat " * 10] * 150)).encode()
+    assert len(body) > 2 * MAX_HEAD_BYTES
+    request = (
+        b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    with socket.create_connection((guarded_server.host, guarded_server.port), timeout=60) as sock:
+        sock.sendall(request)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        assert response.status == 200, response.read()
+        assert len(json.loads(response.read())["data"]) == 150
     _serves(guarded_server)
 
 
