@@ -213,8 +213,12 @@ class Batches:
         plans = list({plan.name: plan for plan in (self.plan_of(job) for row in rows for job, _ in row.wants)}.values())
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(rows)
-        out = self.encoder.encode_tokens(_inputs(rows), specs=plans)  # {plan name: (B, D)}, mean over text tokens
-        return {name: torch.nn.functional.normalize(v, dim=-1).numpy() for name, v in out.items()}  # 0 stays 0
+        # (plans, B, D) means over text tokens, normalised where they are (a zero vector stays zero) and brought to
+        # the host once. On the host, normalising a batch took 5-10 ms on a 16-core GPU machine (torch's CPU thread
+        # pool for 57k numbers, beside the front-ends' processes): more than the GPU's whole forward of 64 texts.
+        out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
+        host = torch.nn.functional.normalize(out, dim=-1).cpu().numpy()
+        return {plan.name: host[k] for k, plan in enumerate(plans)}
 
 
 def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:

@@ -1,0 +1,72 @@
+"""An engine's embedding batch of N one-text requests on a GPU: wall time against the GPU's busy time.
+
+python benchmarks/results/serve-gpu-4/batch-probe.py --tokenizer TOKENIZER_DIR --arch qwen2.5-0.5b --spec "F* | M0B*12"
+
+Wall: ``Batches.step()`` from gathered requests to answered futures (median of 9). GPU: the sum of the kernels'
+time in the torch profiler over 5 such steps, a fifth of it. Their difference is host work the GPU waits for.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers as tf
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench_encoder import ARCHS
+from bench_serve import corpus
+
+from nosink.models import texts as T
+from nosink.serve import Limits, create_app
+from nosink.serve.jobs import EmbedJob
+
+p = argparse.ArgumentParser()
+p.add_argument("--arch", default="qwen2.5-0.5b")
+p.add_argument("--spec", default="F* | M0B*12")
+p.add_argument("--tokenizer", required=True)
+args = p.parse_args()
+tok = tf.AutoTokenizer.from_pretrained(args.tokenizer)
+config = ARCHS[args.arch]()
+config.vocab_size = max(config.vocab_size, len(tok))
+with torch.device("cuda"):
+    lm = tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+app = create_app(lm, tok, args.spec, limits=Limits(batch_size=128, batch_texts=128, batch_wait_ms=0))
+engine, encoder = app.state.engine, app.state.encoder
+encoder.warm_up()
+texts = corpus(4096)
+sink = encoder.sink_ids()
+at = [0]
+
+
+def step(n: int) -> float:
+    jobs = []
+    for _ in range(n):
+        jobs.append(EmbedJob(T.tokenize(tok, [texts[at[0] % len(texts)]], sink=sink)))
+        at[0] += 1
+    for job in jobs:
+        engine.batches.add(job)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while any(not j.future.done() for j in jobs):
+            engine.batches.step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+print(f"{torch.cuda.get_device_name()}, {args.arch}, {args.spec}\n")
+print("| rows | wall ms a batch | GPU busy ms | host ms the GPU waits | wall texts/s |")
+print("|---|---|---|---|---|")
+for n in (8, 16, 32, 48, 64, 96, 128):
+    for _ in range(3):
+        step(n)
+    wall = statistics.median(step(n) for _ in range(9))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step(n)
+    gpu = sum(e.self_device_time_total for e in prof.key_averages()) / 5 / 1000
+    print(f"| {n} | {wall * 1000:.2f} | {gpu:.2f} | {wall * 1000 - gpu:.2f} | {n / wall:,.0f} |", flush=True)

@@ -1,0 +1,78 @@
+"""Where the host time of an engine's embedding batch goes on a GPU: cProfile and the torch profiler, 64 rows.
+
+python benchmarks/results/serve-gpu-4/batch-profile.py --tokenizer TOKENIZER_DIR --arch qwen2.5-0.5b --spec "F* | M0B*12"
+
+Wall: ``Batches.step()`` from gathered requests to answered futures (median of 9). GPU: the sum of the kernels'
+time in the torch profiler over 5 such steps, a fifth of it. Their difference is host work the GPU waits for.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers as tf
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench_encoder import ARCHS
+from bench_serve import corpus
+
+from nosink.models import texts as T
+from nosink.serve import Limits, create_app
+from nosink.serve.jobs import EmbedJob
+
+p = argparse.ArgumentParser()
+p.add_argument("--arch", default="qwen2.5-0.5b")
+p.add_argument("--spec", default="F* | M0B*12")
+p.add_argument("--tokenizer", required=True)
+args = p.parse_args()
+tok = tf.AutoTokenizer.from_pretrained(args.tokenizer)
+config = ARCHS[args.arch]()
+config.vocab_size = max(config.vocab_size, len(tok))
+with torch.device("cuda"):
+    lm = tf.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+app = create_app(lm, tok, args.spec, limits=Limits(batch_size=128, batch_texts=128, batch_wait_ms=0))
+engine, encoder = app.state.engine, app.state.encoder
+encoder.warm_up()
+texts = corpus(4096)
+sink = encoder.sink_ids()
+at = [0]
+
+
+def step(n: int) -> float:
+    jobs = []
+    for _ in range(n):
+        jobs.append(EmbedJob(T.tokenize(tok, [texts[at[0] % len(texts)]], sink=sink)))
+        at[0] += 1
+    for job in jobs:
+        engine.batches.add(job)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while any(not j.future.done() for j in jobs):
+            engine.batches.step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+import cProfile
+import pstats
+
+for _ in range(5):
+    step(64)
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(20):
+    step(64)
+prof.disable()
+print("## cProfile of 20 batches of 64 one-text requests, by own time\n")
+pstats.Stats(prof).sort_stats("tottime").print_stats(45)
+print("## by cumulative time\n")
+pstats.Stats(prof).sort_stats("cumulative").print_stats(60)
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+    for _ in range(5):
+        step(64)
+print(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
