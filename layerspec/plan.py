@@ -56,6 +56,7 @@ merges included), so ``EXTEND`` and ``EXTRA`` cannot turn a small spec into a hu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -156,7 +157,7 @@ class Plan:
     exit_layer: int | None = None  # the main stream is read after this many layers; None: after all of them
     prepend: tuple[int, int] | None = None  # Token Prepending before layers start..stop-1; None: none
 
-    @property
+    @functools.cached_property  # read per row by a server's batches: computed once (the plan is frozen)
     def name(self) -> str:
         """What results are filed under: the canonical spec, ``@ exit <m>`` for an early exit and
         ``@ prepend <a>..<b>`` for Token Prepending before layers ``a`` to ``b``.

@@ -964,6 +964,17 @@ def test_cli_serve_refuses_a_port_out_of_range_before_anything_else(tmp_path, ca
     assert "argument --port" in err and "missing" not in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("device", "cpus", "expected"),
+    [("cpu", 16, 0), (None, 16, 0), ("cuda", 16, 8), ("cuda:1", 64, 8), ("cuda", 6, 3), ("cuda", 1, 1)],
+)
+def test_auto_workers_are_half_the_cores_up_to_8_on_a_gpu_and_none_on_the_cpu(device, cpus, expected):
+    from nosink.cli.serve import workers_for
+
+    assert workers_for("auto", None if device is None else torch.device(device), cpus=cpus) == expected
+    assert workers_for(5, torch.device("cuda"), cpus=cpus) == 5  # a number given is taken as it is
+
+
 @pytest.mark.parametrize("workers", ["-1", "65", "two", "1.5"])
 def test_cli_serve_refuses_a_bad_number_of_workers_before_anything_else(tmp_path, capsys, workers):
     from nosink.cli import main

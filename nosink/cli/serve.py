@@ -51,7 +51,8 @@ def _arguments(p: Parser) -> None:
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
     p.add_argument("--workers", type=_workers, default="auto", metavar="N",
                    help="front-end processes that read requests and write answers while one process runs the "
-                        "model; 0: one process (default auto: 0 on the CPU, 4 on a GPU)")  # fmt: skip
+                        "model; 0: one process (default auto: 0 on the CPU, half the cores, 1 to 8, on a GPU)",
+                   )  # fmt: skip
     p.add_argument(
         "--no-cuda-graphs",
         action="store_true",
@@ -128,12 +129,16 @@ def _workers(text: str) -> int | str:
     return int(text)
 
 
-def workers_for(given: int | str, device: Any) -> int:
-    """Front-end processes for ``--workers``: ``auto`` is 4 on a GPU (the model's process only launches
-    kernels) and 0 on the CPU (whose cores run the model: more processes would take them away)."""
+def workers_for(given: int | str, device: Any, cpus: int | None = None) -> int:
+    """Front-end processes for ``--workers``: ``auto`` is half the machine's cores, 1 to 8, on a GPU (the model's
+    process only launches kernels; on a 16-core H200 machine 8 front-ends served 64 one-text clients 1.2x as
+    fast as 4, with a third of the p99 latency) and 0 on the CPU (whose cores run the model: more processes
+    would take them away). ``cpus``: the cores to count (``os.cpu_count()`` by default)."""
     if given != "auto":
         return int(given)
-    return 4 if device is not None and getattr(device, "type", str(device).split(":")[0]) != "cpu" else 0
+    if device is None or getattr(device, "type", str(device).split(":")[0]) == "cpu":
+        return 0
+    return max(1, min(8, (cpus or os.cpu_count() or 2) // 2))
 
 
 def api_key(given: str | None, env: str | None) -> str | None:
