@@ -214,8 +214,9 @@ class Batches:
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(rows)
         # (plans, B, D) means over text tokens, normalised where they are (a zero vector stays zero) and brought to
-        # the host once. On the host, normalising a batch took 5-10 ms on a 16-core GPU machine (torch's CPU thread
-        # pool for 57k numbers, beside the front-ends' processes): more than the GPU's whole forward of 64 texts.
+        # the host once. On the host with torch's default thread pool (an engine built by create_app in a program
+        # that keeps it), normalising a batch of 64 took 5-10 ms on a 16-core H200 machine, more than the GPU's
+        # forward of those texts; `nosink serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
         out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
         host = torch.nn.functional.normalize(out, dim=-1).cpu().numpy()
         return {plan.name: host[k] for k, plan in enumerate(plans)}
