@@ -177,7 +177,6 @@ def encode_texts(
     # Sentence vectors: (plans, texts, D), each prompt's vectors added at their texts' rows (a template of several
     # prompts averages them below); token states: per plan, one tensor per text.
     sums = torch.zeros(len(plans), 0 if token_output else len(texts), encoder.config.hidden_size)
-    totals = sums.numpy()  # the same memory
     states: list[list[Any]] = [[None] * len(texts) for _ in plans] if token_output else []
 
     def work() -> Iterator[tuple[_texts.Tokenized, list[int], torch.Tensor]]:
@@ -191,10 +190,7 @@ def encode_texts(
             encoder, work(), plans, pooling=opts.pooling, padding_side=opts.padding_side, token_embeddings=token_output
         ):
             if done.counts is None:
-                # A batch's rows are distinct texts, so `+=` at their rows is exact. In numpy, on one thread: torch's
-                # index_add_ goes through its CPU thread pool, which costs milliseconds a batch on a many-core GPU
-                # machine, where the host's time per batch is what bounds short texts.
-                totals[:, done.key.numpy()] += done.vectors.numpy()
+                sums.index_add_(1, done.key, done.vectors)  # one index operation per batch for all plans
             else:
                 for k, plan_states in enumerate(states):
                     for i, row in zip(done.key.tolist(), done.vectors[k].split(done.counts), strict=True):
