@@ -54,6 +54,9 @@ def embed(args: argparse.Namespace) -> None:
     from nosink.models.loading import load_stock
 
     task = _task(args.task)
+    if args.st:
+        _embed_trained(args, task)
+        return
     model, tokenizer = load_stock(args.model, gguf_file=args.gguf_file) if args.gguf_file else (args.model, None)
     if tokenizer is None:
         encoder = EncoderFromDecoder.from_pretrained(args.model, "F*", dtype=torch.float32)
@@ -88,6 +91,33 @@ def embed(args: argparse.Namespace) -> None:
     (args.out / "embed.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
+def _embed_trained(args: argparse.Namespace, task) -> None:
+    """A sentence-transformers encoder (no instruction, its own ``max_seq_length``), as the study's baselines and
+    MTEB run it: one ``.npz`` of unit vectors, and the speed."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(args.model, device=args.device)
+    queries = list(dict.fromkeys(t for _, t in [*task.choose, *task.report]))
+    docs = [t for _, t in task.corpus]
+    parts, timings = [], {}
+    for what, texts in (("queries", queries), ("documents", docs)):
+        start = time.perf_counter()
+        parts.append(model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True, show_progress_bar=True))
+        took = time.perf_counter() - start
+        timings[what] = {"texts": len(texts), "seconds": round(took, 2), "texts_per_s": round(len(texts) / took, 1)}
+        print(what, timings[what], flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = Path(args.model).name
+    np.savez(args.out / "spec0.npz", vectors=np.concatenate(parts).astype(np.float32), spec=f"{name} (trained encoder)")
+    meta = {
+        "specs": [name], "timings": timings, "batch_size": args.batch_size, "max_length": model.max_seq_length,
+        "device": args.device, "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "note": "a sentence-transformers encoder: no instruction, texts cut at its own max_seq_length", "trained": True,
+    }  # fmt: skip
+    (args.out / "embed.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
 def score(args: argparse.Namespace) -> None:
     """nDCG@10 of each spec's embeddings: over all test queries, and the reporting half with its interval."""
     from nosink.evals import stats
@@ -116,7 +146,8 @@ def score(args: argparse.Namespace) -> None:
     payload = {
         "task": task.name, "mode": "full", "mteb_comparable": True, "n_documents": len(task.corpus),
         "metric": "nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), cosine top 100",
-        "query_instruction": task.query_instruction, "template": None, "embed": meta, "results": rows,
+        "query_instruction": None if meta.get("trained") else task.query_instruction, "template": None,
+        "embed": meta, "results": rows,
     }  # fmt: skip
     args.out.write_text(json.dumps(payload, indent=1) + "\n")
 
@@ -132,6 +163,7 @@ def main() -> None:
     m.add_argument("task", type=Path)
     m.add_argument("model")
     m.add_argument("--gguf-file")
+    m.add_argument("--st", action="store_true", help="MODEL is a sentence-transformers folder (a trained baseline)")
     m.add_argument("--specs", nargs="+", default=["F*"])
     m.add_argument("--device", default="cuda")
     m.add_argument("--batch-size", type=int, default=32)

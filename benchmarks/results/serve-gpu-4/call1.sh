@@ -9,13 +9,13 @@ for d in layerspec models corpus evals; do cp -r .gpu/old/$d /tmp/pkgold/nosink/
 t0=$SECONDS
 cd /tmp
 timeout 150 python3 -P "$SRC/benchmarks/results/serve-gpu-4/batch-probe.py" --arch qwen2.5-0.5b --tokenizer "$SRC/.gpu/tok" 2>&1 \
-  | grep -v "Loading weights\|Writing model\|warn" | tee "$OUT/batch-probe-qwen2.5-0.5b.md"
+  | grep -v "Loading weights\|Writing model\|warn" | tee "$OUT/call1-batch-probe-qwen2.5-0.5b.md"
 echo "probe: $((SECONDS - t0)) s"
 timeout $((330 - SECONDS + t0)) python3 "$SRC/benchmarks/bench_serve_gpu.py" --arch qwen2.5-0.5b --spec "F* | M0B*12" \
   --tokenizer "$SRC/.gpu/tok" --workers 4 8 --seconds 8 --loads 64x1 16x16 \
-  --json "$OUT/new-qwen2.5-0.5b.json" 2>&1 | grep -v "Loading weights\|Writing model" | tee "$OUT/new-qwen2.5-0.5b.md"
+  --json "$OUT/call1-new-qwen2.5-0.5b.json" 2>&1 | grep -v "Loading weights\|Writing model" | tee "$OUT/call1-new-qwen2.5-0.5b.md"
 echo "new: $((SECONDS - t0)) s"
 PYTHONPATH=/tmp/pkgold:/tmp/site timeout $((520 - SECONDS + t0)) python3 "$SRC/benchmarks/bench_serve_gpu.py" --arch qwen2.5-0.5b \
   --spec "F* | M0B*12" --tokenizer "$SRC/.gpu/tok" --workers 4 --seconds 8 --loads 64x1 16x16 \
-  --json "$OUT/old-qwen2.5-0.5b.json" 2>&1 | grep -v "Loading weights\|Writing model" | tee "$OUT/old-qwen2.5-0.5b.md"
+  --json "$OUT/call1-old-qwen2.5-0.5b.json" 2>&1 | grep -v "Loading weights\|Writing model" | tee "$OUT/call1-old-qwen2.5-0.5b.md"
 echo "old: $((SECONDS - t0)) s"
