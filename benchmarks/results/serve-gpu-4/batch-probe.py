@@ -1,12 +1,17 @@
 """An engine's embedding batch of N one-text requests on a GPU: wall time against the GPU's busy time.
 
-python benchmarks/results/serve-gpu-4/batch-probe.py --tokenizer TOKENIZER_DIR --arch qwen2.5-0.5b --spec "F* | M0B*12"
+python benchmarks/results/serve-gpu-4/batch-probe.py --tokenizer TOKENIZER_DIR [--spec SPEC] [--profile [--same]]
+
+With ``--profile``: where the host time of a batch of 64 goes instead (cProfile and the torch profiler);
+``--same`` feeds the same 64 texts every batch (one bucket, its graph replayed: the steady state).
 
 Wall: ``Batches.step()`` from gathered requests to answered futures (median of 9). GPU: the sum of the kernels'
 time in the torch profiler over 5 such steps, a fifth of it. Their difference is host work the GPU waits for.
 """
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -28,6 +33,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--arch", default="qwen2.5-0.5b")
 p.add_argument("--spec", default="F* | M0B*12")
 p.add_argument("--tokenizer", required=True)
+p.add_argument("--profile", action="store_true", help="profile batches of 64 instead of the table")
+p.add_argument("--same", action="store_true", help="with --profile: the same 64 texts every batch")
 args = p.parse_args()
 tok = tf.AutoTokenizer.from_pretrained(args.tokenizer)
 config = ARCHS[args.arch]()
@@ -59,14 +66,42 @@ def step(n: int) -> float:
 
 
 print(f"{torch.cuda.get_device_name()}, {args.arch}, {args.spec}\n")
-print("| rows | wall ms a batch | GPU busy ms | host ms the GPU waits | wall texts/s |")
-print("|---|---|---|---|---|")
-for n in (8, 16, 32, 48, 64, 96, 128):
-    for _ in range(3):
-        step(n)
-    wall = statistics.median(step(n) for _ in range(9))
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
+if not args.profile:
+    print("| rows | wall ms a batch | GPU busy ms | host ms the GPU waits | wall texts/s |")
+    print("|---|---|---|---|---|")
+    for n in (8, 16, 32, 48, 64, 96, 128):
+        for _ in range(3):
             step(n)
-    gpu = sum(e.self_device_time_total for e in prof.key_averages()) / 5 / 1000
-    print(f"| {n} | {wall * 1000:.2f} | {gpu:.2f} | {wall * 1000 - gpu:.2f} | {n / wall:,.0f} |", flush=True)
+        wall = statistics.median(step(n) for _ in range(9))
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step(n)
+        gpu = sum(e.self_device_time_total for e in prof.key_averages()) / 5 / 1000
+        print(f"| {n} | {wall * 1000:.2f} | {gpu:.2f} | {wall * 1000 - gpu:.2f} | {n / wall:,.0f} |", flush=True)
+
+else:
+    if args.same:  # the same 64 texts every batch: one bucket, its graph replayed (steady state)
+        _step = step
+
+        def step(n: int) -> float:
+            at[0] = 0
+            return _step(n)
+
+    for _ in range(5):
+        step(64)
+    times = sorted(step(64) for _ in range(9))
+    print(f"wall ms a batch of 64, median of 9: {times[4] * 1000:.2f}\n")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        step(64)
+    prof.disable()
+    print("## cProfile of 20 batches of 64 one-text requests, by own time\n")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(45)
+    print("## by cumulative time\n")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(60)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+        for _ in range(5):
+            step(64)
+    print(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+    print(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=15))
