@@ -24,6 +24,7 @@ maximum resident set size (``ru_maxrss``) when training ends (loading included).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import resource
@@ -46,6 +47,8 @@ from nosink.models import EncoderFromDecoder
 from nosink.models.weights import resolve_model
 
 # The study's training-free best for SmolLM2-135M per task (docs/results/study.md): spec, exit, metric.
+ENCODERS = ("fine-tuned", "all-MiniLM-L6-v2", "training-free")
+
 DEFAULTS = {
     "sts": ("F* | B*13 | M0B*2", 25, "Spearman"),
     "banking77": ("F* | B*13 | M0B*2", None, "accuracy"),
@@ -76,11 +79,17 @@ class Scorer:
         self.task = args.task
         self.instruction: str | None = None
         if args.task == "sts":
-            self.sts = load_sts(args.data / "stsb", 0, args.test_items)  # the full test split
+            self.sts = load_sts(args.data / "stsb", args.choose, args.test_items)  # the full test split
+            if args.choose:  # settings are chosen on a seeded sample of the dev split, never on test
+                self.sts = dataclasses.replace(self.sts, name="STSBenchmark (dev)", report=self.sts.choose)
             self.instruction = str(self.sts.instruction)
             train = LOCAL_FOLDERS["STSBenchmark"][1](args.data / "stsb")["train"]
             self.train_texts = [*train["sentence1"], *train["sentence2"]]
             self.described = "STS-B train split sentences without scores"
+            self.scored_on = (
+                f"{len(self.sts.report)} seeded STS-B dev pairs (choosing)" if args.choose
+                else f"STS-B test, {len(self.sts.report)} pairs"
+            )  # fmt: skip
         elif args.task == "banking77":
             self.cls = load_classification(
                 "Banking77Classification", args.data / "banking77", args.cls_train, args.test_items or args.cls_test
@@ -89,6 +98,7 @@ class Scorer:
             data = LOCAL_FOLDERS["Banking77Classification"][1](args.data / "banking77")
             self.train_texts = list(data["train"]["text"])
             self.described = "Banking77 train split texts without labels"
+            self.scored_on = f"Banking77 test sample, {len(self.cls.test)} items"
         else:
             from nosink.evals.ner import load_conll
 
@@ -97,6 +107,7 @@ class Scorer:
             self.ner_dev = load_conll(args.data / "conll2003", "dev")[: args.test_items or args.ner_dev]
             self.train_texts = [" ".join(s.words) for s in train]
             self.described = "CoNLL-2003 train split sentences (words joined by spaces) without tags"
+            self.scored_on = f"CoNLL-2003 dev, reporting half of the first {len(self.ner_dev)} sentences"
 
     def sentences(self) -> list[str]:
         return list(dict.fromkeys(s.replace("\n", " ").strip() for s in self.train_texts if s.strip()))
@@ -153,12 +164,30 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-only", action="store_true", help="score the folder --out holds; train nothing")
     p.add_argument("--test-items", type=int, default=None, help="a smaller test sample (a smoke run only)")
+    p.add_argument(
+        "--choose",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sts: score on N seeded dev pairs (the study's choosing sample) instead of test",
+    )
+    p.add_argument(
+        "--scores",
+        nargs="+",
+        default=list(ENCODERS),
+        choices=list(ENCODERS),
+        help="which encoders to score (default: all three)",
+    )
     p.add_argument("--cls-train", type=int, default=770, help="banking77: the study's training sample")
     p.add_argument("--cls-test", type=int, default=770, help="banking77: the study's test sample")
     p.add_argument("--ner-train", type=int, default=600, help="ner: the study's probe training sentences")
     p.add_argument("--ner-dev", type=int, default=600, help="ner: the study's dev sentences (halved)")
     p.add_argument("--lora-layers", default="converted", help="'converted': the backward stops at the first one")
     args = p.parse_args()
+    if args.choose and args.task != "sts":
+        p.error("--choose is for --task sts (banking77 and ner keep the study's own samples)")
+    if "fine-tuned" not in args.scores:
+        p.error("--scores must include fine-tuned: the paired differences are taken against it")
     spec, exit_layer, metric = DEFAULTS[args.task]
     args.spec = args.spec or spec
     args.exit_layer = exit_layer if args.exit_layer is None else args.exit_layer
@@ -220,12 +249,15 @@ def main() -> None:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
+    payload["scored_on"] = scorer.scored_on
     tuned = EncoderFromDecoder.from_pretrained(args.out)
     record("fine-tuned", timed(scorer.encoder, tuned, args.spec, args.exit_layer))
     del tuned
-    record("all-MiniLM-L6-v2", timed(scorer.minilm))
-    plain = EncoderFromDecoder.from_pretrained(model, args.spec, exit_layer=args.exit_layer)
-    record("training-free", timed(scorer.encoder, plain, args.spec, args.exit_layer))
+    if "all-MiniLM-L6-v2" in args.scores:
+        record("all-MiniLM-L6-v2", timed(scorer.minilm))
+    if "training-free" in args.scores:
+        plain = EncoderFromDecoder.from_pretrained(model, args.spec, exit_layer=args.exit_layer)
+        record("training-free", timed(scorer.encoder, plain, args.spec, args.exit_layer))
     print(json.dumps(payload, indent=2))
 
 
