@@ -838,7 +838,15 @@ def test_a_batch_in_flight_is_answered_once_the_next_one_is_started(server):
         worker.batches.step()
         steps += 1
     assert steps == 2 and worker.batches.flight is None and not len(worker.batches)
-    assert worker.stats["embedding_batches"] == 3 and worker.stats["embedding_requests"] == 3
+    late = _job(server, ["the park"])
+    worker.batches.add(late)
+    worker.batches.deadline = 0.0
+    worker.batches.step()
+    assert worker.batches.flight is not None and not late.future.done()
+    worker.batches.land()  # what the engine does before a chat step
+    assert worker.batches.flight is None and late.future.done()
+    worker.batches.land()  # nothing in flight: nothing to do
+    assert worker.stats["embedding_batches"] == 4 and worker.stats["embedding_requests"] == 4
     for job, t in zip(jobs, texts, strict=True):
         np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
 

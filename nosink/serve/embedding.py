@@ -153,6 +153,13 @@ class Batches:
             flight, self.flight = self.flight, None
             self._finish(flight)
 
+    def land(self) -> None:
+        """Answer the batch in flight, if one is (before a chat step, which would otherwise wait for its GPU work
+        and be charged with it)."""
+        flight, self.flight = self.flight, None
+        if flight is not None:
+            self._finish(flight)
+
     def _due_to_gather(self) -> bool:
         """Whether the waiting requests make a batch now (:meth:`due` without the batches already cut or flying)."""
         if not self.waiting:

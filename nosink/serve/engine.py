@@ -7,7 +7,9 @@ the chats have had beyond the embeddings while both had work. An embedding batch
 and the chats are not behind (``lead >= 0``); otherwise a chat step runs. So under both loads each side
 gets about half of the model's time and neither starves: a 100 ms batch is followed by about 100 ms of
 chat steps, a long prefill by embedding batches until they have had as long. When either side has
-nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
+nothing to do, ``lead`` goes back to 0: time used alone is not owed back. On a GPU an embedding batch stays in
+flight while the next one is built (:mod:`nosink.serve.embedding`); a chat step first answers it (its time counts
+as the embeddings'), since the step's forward would wait for that batch's GPU work anyway.
 """
 
 import logging
@@ -153,6 +155,13 @@ class Engine:
                         self.batches.step()
                         sign, kind = -1.0, "embedding_ms"
                     elif chatting:
+                        if self.batches.flight is not None:  # its vectors first: a chat step would wait for them
+                            self.batches.land()
+                            landed = time.perf_counter() - start
+                            self.stats["busy_ms"] += round(landed * 1000)
+                            self.stats["embedding_ms"] += round(landed * 1000)
+                            lead -= landed if both else 0.0
+                            start = time.perf_counter()
                         with adapters_off(self.adapters):
                             self.chats.step()
                         sign, kind = 1.0, "chat_ms"
