@@ -818,56 +818,6 @@ def test_a_failing_request_does_not_fail_its_batch_companions(server):
         bad.future.result()
 
 
-def test_a_batch_in_flight_is_answered_once_the_next_one_is_started(server):
-    worker = _worker(server, batch_texts=3, batch_size=3, batch_wait_ms=0)
-    assert not worker.batches.in_flight  # on a CPU a batch is answered before the next is built
-    worker.batches.in_flight = True  # as on a GPU: the next batch is queued before the last one is answered
-    texts = [TEXTS[:2], TEXTS[:2], TEXTS]
-    jobs = [_job(server, t) for t in texts]
-    for job in jobs:
-        worker.inbox.put(job)
-    worker._take()
-    worker.batches.step()
-    assert not any(j.future.done() for j in jobs) and worker.batches.flight is not None
-    assert len(worker.batches) == 3 and worker.busy() == 3  # two waiting, one in flight
-    assert {id(j) for j in worker.batches.jobs()} == {id(j) for j in jobs}
-    worker.batches.step()  # starts the second batch, then answers the first
-    assert [j.future.done() for j in jobs] == [True, False, False]
-    steps = 0
-    while worker.batches.due():
-        worker.batches.step()
-        steps += 1
-    assert steps == 2 and worker.batches.flight is None and not len(worker.batches)
-    late = _job(server, ["the park"])
-    worker.batches.add(late)
-    worker.batches.deadline = 0.0
-    worker.batches.step()
-    assert worker.batches.flight is not None and not late.future.done()
-    worker.batches.land()  # what the engine does before a chat step
-    assert worker.batches.flight is None and late.future.done()
-    worker.batches.land()  # nothing in flight: nothing to do
-    assert worker.stats["embedding_batches"] == 4 and worker.stats["embedding_requests"] == 4
-    for job, t in zip(jobs, texts, strict=True):
-        np.testing.assert_allclose(job.future.result(), _encode(server, t), atol=1e-5, rtol=0)
-
-
-def test_a_failing_request_in_flight_fails_alone_and_a_gone_one_is_not_computed(server):
-    worker = _worker(server, batch_size=2, batch_wait_ms=0)
-    worker.batches.in_flight = True
-    good = _job(server, ["the cat"])
-    bad = EmbedJob(nosink_texts.Tokenized(prefix_ids=[[1]], text_ids=[[10**6]]))  # an id the model does not have
-    later = _job(server, ["a dog", "we like food"])
-    for job in (good, bad, later):
-        worker.inbox.put(job)
-    worker._take()
-    while worker.batches.due():
-        worker.batches.step()
-    np.testing.assert_allclose(good.future.result(), _encode(server, ["the cat"]), atol=1e-6)
-    np.testing.assert_allclose(later.future.result(), _encode(server, ["a dog", "we like food"]), atol=1e-5)
-    with pytest.raises(ValueError, match="vocabulary"):
-        bad.future.result()
-
-
 def test_a_disconnected_stream_stops_its_generation(server):
     def health():
         return _raw(server, "GET", "/health")[1]

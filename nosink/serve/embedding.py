@@ -18,12 +18,6 @@ want them:
   configurations that differ in many layers; keeping them apart costs at most one partly filled batch
   per group and gathering. Within a group, rows of different framings mix freely (the prompt and the
   template are in each row's tokens), as texts with and without a prompt always did.
-
-On a GPU one batch stays in flight: :meth:`Batches.step` queues the next batch's work on the device before it
-waits for the last one's vectors and answers its requests, so the host's share of a batch (gathering,
-padding, packing, copying the vectors back, handing the answers to the front-ends: about half of a short
-batch's time on an H200) overlaps the GPU's work instead of leaving the GPU idle. On a CPU the forward runs
-as it is called, so nothing would overlap: there a batch is answered before the next is built.
 """
 
 import time
@@ -53,23 +47,6 @@ class Row:
 Rows = list[Row]  # one batch
 
 
-@dataclass
-class Flight:
-    """A batch whose work is queued on the device: its rows, the plans it runs, where its vectors land.
-
-    Attributes:
-        host: ``(plans, B, D)`` unit vectors, filled when ``done`` has passed (pinned memory on a GPU).
-        done: the device's event after the copy to ``host``; None where the work ran as it was called (CPU).
-        start: when the batch was started (``time.monotonic()``).
-    """
-
-    rows: Rows
-    plans: list[Plan]
-    host: torch.Tensor
-    done: torch.cuda.Event | None
-    start: float
-
-
 class Batches:
     """The embedding side of the engine: requests waiting, batches cut from them, and running one batch.
 
@@ -83,7 +60,6 @@ class Batches:
             :meth:`add` to their answer).
         plans: each configuration's compiled plan, by name (:meth:`EncoderFromDecoder.plan_for`); a job
             naming no configuration runs the encoder's own plan.
-        in_flight: keep a batch in flight (see the module docstring); default: where the encoder runs on CUDA.
     """
 
     def __init__(
@@ -92,12 +68,8 @@ class Batches:
         limits: Limits,
         stats: dict[str, int],
         plans: Mapping[str, Plan] | None = None,
-        in_flight: bool | None = None,
     ) -> None:
         self.encoder, self.limits, self.stats = encoder, limits, stats
-        device = encoder.parts.embed_tokens.weight.device
-        self.in_flight = device.type == "cuda" if in_flight is None else in_flight
-        self.flight: Flight | None = None  # the batch queued on the device, not answered yet
         self.plans = dict(plans or {})
         self.waiting: list[EmbedJob] = []
         self.chunks: deque[Rows] = deque()  # gathered rows, one batch each
@@ -106,7 +78,7 @@ class Batches:
         self.answered = 0  # requests the last batch answered: once as many wait, the gathering waits no longer
 
     def __len__(self) -> int:
-        return len(self.waiting) + len(self.chunks) + (self.flight is not None)
+        return len(self.waiting) + len(self.chunks)
 
     def plan_of(self, job: EmbedJob) -> Plan:
         """The plan that runs ``job``: its configuration's, or the encoder's own."""
@@ -120,54 +92,37 @@ class Batches:
         self.waiting.append(job)
 
     def wait(self) -> float | None:
-        """Seconds until a batch is due (0: now, also while one is in flight), or None if nothing waits."""
-        if self.chunks or self.flight is not None:
+        """Seconds until a batch is due (0: now), or None if nothing waits."""
+        if self.chunks:
             return 0.0
         if self.waiting and self.deadline is not None:
             return max(0.0, max(self.deadline, self.settle) - time.monotonic())
         return None
 
     def due(self) -> bool:
-        """Whether :meth:`step` should run now: a batch is in flight (to be answered), or one is cut, or enough
-        texts wait, or as many requests wait as the last batch answered (its clients are back: waiting longer
-        would only idle the model), or the first has waited enough."""
-        return bool(self.chunks) or self.flight is not None or self._due_to_gather()
-
-    def jobs(self) -> list[EmbedJob]:
-        """Every request not answered yet."""
-        chunks = [*self.chunks, *([self.flight.rows] if self.flight is not None else [])]
-        gathered = {id(job): job for rows in chunks for row in rows for job, _ in row.wants}
-        return self.waiting + list(gathered.values())
-
-    def step(self) -> None:
-        """Start one batch of gathered texts (first gathering the waiting requests if no batch is cut and a batch
-        is due), then answer the batch in flight before it; without ``in_flight``, the new batch at once."""
-        last, self.flight = self.flight, None
-        if not self.chunks and (last is None or self._due_to_gather()):
-            self._gather()
+        """Whether a batch should run now: one is cut, or enough texts wait, or as many requests wait as the last
+        batch answered (its clients are back: waiting longer would only idle the model), or the first has waited
+        enough."""
         if self.chunks:
-            self.flight = self._start(self.chunks.popleft())
-        if last is not None:
-            self._finish(last)
-        if self.flight is not None and not self.in_flight:
-            flight, self.flight = self.flight, None
-            self._finish(flight)
-
-    def land(self) -> None:
-        """Answer the batch in flight, if one is (before a chat step, which would otherwise wait for its GPU work
-        and be charged with it)."""
-        flight, self.flight = self.flight, None
-        if flight is not None:
-            self._finish(flight)
-
-    def _due_to_gather(self) -> bool:
-        """Whether the waiting requests make a batch now (:meth:`due` without the batches already cut or flying)."""
+            return True
         if not self.waiting:
             return False
         count = sum(len(job) for job in self.waiting)
         enough = count >= max(self.limits.batch_texts, self.limits.batch_size)
         back = 0 < self.answered <= len(self.waiting)
         return enough or back or time.monotonic() >= max(self.deadline or 0.0, self.settle)
+
+    def jobs(self) -> list[EmbedJob]:
+        """Every request not answered yet."""
+        gathered = {id(job): job for rows in self.chunks for row in rows for job, _ in row.wants}
+        return self.waiting + list(gathered.values())
+
+    def step(self) -> None:
+        """Encode one batch of gathered texts, first gathering the waiting requests if no batch is left."""
+        if not self.chunks:
+            self._gather()
+        if self.chunks:
+            self._run(self.chunks.popleft())
 
     def _gather(self) -> None:
         """Cut the inputs of waiting requests (up to ``batch_texts`` texts, or ``batch_size`` if larger) into
@@ -200,62 +155,42 @@ class Batches:
             group.sort(key=lambda row: -row.job.lengths[row.i])  # stable: ties keep arrival order
             self.chunks.extend(group[i : i + size] for i in range(0, len(group), size))
 
-    def _start(self, rows: Rows) -> Flight | None:
-        """Queue a batch's work on the device (None if nobody wants it any more). A batch that cannot be started
-        is answered at once, request by request (:meth:`_alone`)."""
+    def _run(self, rows: Rows) -> None:
         rows = _keep(rows, lambda job: not job.cancelled and not job.future.done())
         if not rows:
-            return None  # every request in it is gone or failed: its texts are not computed
+            return  # every request in it is gone or failed: its texts are not computed
         start = time.monotonic()
         try:
-            return self._launch(rows, start)
-        except Exception as err:
-            self._alone(rows, err)
-            self._settle(rows, start)
-            return None
+            self._answer(rows)
+        finally:
+            # Clients that send one request after another come back moments after their answers: when this
+            # batch answered several, a gathering smaller than a batch waits for them a little (a quarter of
+            # the batch's time, at most 4 x batch_wait_ms), so that concurrent clients share one batch rather
+            # than splitting into two half-full ones that take turns. One client alone never waits for this.
+            # Once as many requests wait as this batch answered, they are all back (or others came in their
+            # place) and the gathering runs at once (see due()): under a steady load the model never idles
+            # through batch_wait_ms for companions who are already there.
+            self.answered = len({id(job) for row in rows for job, _ in row.wants})
+            took = time.monotonic() - start
+            wait = min(took / 4, 4 * self.limits.batch_wait_ms / 1000)
+            self.settle = time.monotonic() + wait if self.answered > 1 else 0.0
 
-    def _finish(self, flight: Flight) -> None:
-        """Wait for a started batch's vectors and answer its requests."""
+    def _answer(self, rows: Rows) -> None:
         try:
-            if flight.done is not None:
-                flight.done.synchronize()
-            host = flight.host.numpy()
-            vectors = {plan.name: host[k] for k, plan in enumerate(flight.plans)}
-        except Exception as err:  # the device failed the batch after it was queued
-            self._alone(flight.rows, err)
-        else:
-            self._deliver(flight.rows, vectors)
-        self._settle(flight.rows, flight.start)
-
-    def _settle(self, rows: Rows, start: float) -> None:
-        # Clients that send one request after another come back moments after their answers: when this
-        # batch answered several, a gathering smaller than a batch waits for them a little (a quarter of
-        # the batch's time, at most 4 x batch_wait_ms), so that concurrent clients share one batch rather
-        # than splitting into two half-full ones that take turns. One client alone never waits for this.
-        # Once as many requests wait as this batch answered, they are all back (or others came in their
-        # place) and the gathering runs at once (see due()): under a steady load the model never idles
-        # through batch_wait_ms for companions who are already there.
-        self.answered = len({id(job) for row in rows for job, _ in row.wants})
-        took = time.monotonic() - start
-        wait = min(took / 4, 4 * self.limits.batch_wait_ms / 1000)
-        self.settle = time.monotonic() + wait if self.answered > 1 else 0.0
-
-    def _alone(self, rows: Rows, err: Exception) -> None:
-        """A batch failed with ``err``: its requests run again one by one, so that only those at fault fail."""
-        jobs = list({id(job): job for row in rows for job, _ in row.wants}.values())
-        if len(jobs) == 1:
-            _fail(jobs[0], err)
+            vectors = self._encode(rows)
+        except Exception as err:
+            jobs = list({id(job): job for row in rows for job, _ in row.wants}.values())
+            if len(jobs) == 1:
+                _fail(jobs[0], err)
+                return
+            for job in jobs:  # one request's failure must not fail its batch companions
+                mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
+                try:
+                    self._deliver(mine, self._encode(mine))
+                except Exception as alone:
+                    _fail(job, alone)
             return
-        for job in jobs:  # one request's failure must not fail its batch companions
-            mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
-            try:
-                flight = self._launch(mine, time.monotonic())
-                if flight.done is not None:
-                    flight.done.synchronize()
-                host = flight.host.numpy()
-                self._deliver(mine, {plan.name: host[k] for k, plan in enumerate(flight.plans)})
-            except Exception as alone:
-                _fail(job, alone)
+        self._deliver(rows, vectors)
 
     def _deliver(self, rows: Rows, vectors: dict[str, np.ndarray]) -> None:
         """Give each input wanting a row its plan's vector of that row; a request with all its vectors is answered."""
@@ -272,9 +207,9 @@ class Batches:
                     self.stats["embedding_request_ms"] += round((now - job.arrived) * 1000)
                     job.future.set_result(job.vectors)
 
-    def _launch(self, rows: Rows, start: float) -> Flight:
-        """Queue one batch's unit vectors under each plan its rows want, as ``encode(..., normalize_embeddings=True)``
-        gives them, and their copy to the host; on a CPU they are there when this returns."""
+    def _encode(self, rows: Rows) -> dict[str, np.ndarray]:
+        """Unit vectors of one batch under each plan its rows want, by plan name, as ``encode(...,
+        normalize_embeddings=True)`` gives them."""
         plans = list({plan.name: plan for plan in (self.plan_of(job) for row in rows for job, _ in row.wants)}.values())
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(rows)
@@ -283,14 +218,8 @@ class Batches:
         # that keeps it), normalising a batch of 64 took 5-10 ms on a 16-core H200 machine, more than the GPU's
         # forward of those texts; `nosink serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
         out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
-        unit = torch.nn.functional.normalize(out, dim=-1)
-        if unit.device.type != "cuda":
-            return Flight(rows, plans, unit.cpu(), None, start)
-        host = torch.empty(unit.shape, dtype=unit.dtype, pin_memory=True)
-        host.copy_(unit, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-        return Flight(rows, plans, host, done, start)
+        host = torch.nn.functional.normalize(out, dim=-1).cpu().numpy()
+        return {plan.name: host[k] for k, plan in enumerate(plans)}
 
 
 def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:

@@ -7,10 +7,7 @@ the chats have had beyond the embeddings while both had work. An embedding batch
 and the chats are not behind (``lead >= 0``); otherwise a chat step runs. So under both loads each side
 gets about half of the model's time and neither starves: a 100 ms batch is followed by about 100 ms of
 chat steps, a long prefill by embedding batches until they have had as long. When either side has
-nothing to do, ``lead`` goes back to 0: time used alone is not owed back. On a GPU an embedding batch stays in
-flight while the next one is built (:mod:`nosink.serve.embedding`), but only while no chat is active; a chat step
-first answers a batch still in flight (its time counts as the embeddings'), since the step's forward would wait
-for that batch's GPU work anyway.
+nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
 """
 
 import logging
@@ -87,7 +84,6 @@ class Engine:
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0, "busy_ms": 0}
         self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
         self.batches = Batches(encoder, limits, self.stats, plans)
-        self.pipelined = self.batches.in_flight  # on a GPU; off while chats are active (see _loop)
         self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
@@ -151,22 +147,12 @@ class Engine:
                         break
                     chatting = len(self.chats) > 0
                     both = chatting and len(self.batches) > 0  # the balance counts only while both have work
-                    # A batch stays in flight only while no chat is active: beside chats it cost the embeddings
-                    # a quarter of their texts/s on an H200 (benchmarks/results/serve-gpu-5).
-                    self.batches.in_flight = self.pipelined and not chatting
                     lead = lead if both else 0.0
                     start = time.perf_counter()
                     if self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()
                         sign, kind = -1.0, "embedding_ms"
                     elif chatting:
-                        if self.batches.flight is not None:  # its vectors first: a chat step would wait for them
-                            self.batches.land()
-                            landed = time.perf_counter() - start
-                            self.stats["busy_ms"] += round(landed * 1000)
-                            self.stats["embedding_ms"] += round(landed * 1000)
-                            lead -= landed if both else 0.0
-                            start = time.perf_counter()
                         with adapters_off(self.adapters):
                             self.chats.step()
                         sign, kind = 1.0, "chat_ms"
