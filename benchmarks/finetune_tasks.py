@@ -163,6 +163,7 @@ def main() -> None:
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-only", action="store_true", help="score the folder --out holds; train nothing")
+    p.add_argument("--resume", action="store_true", help="train on from the checkpoint in --out (a larger --steps)")
     p.add_argument("--test-items", type=int, default=None, help="a smaller test sample (a smoke run only)")
     p.add_argument(
         "--choose",
@@ -214,7 +215,7 @@ def main() -> None:
         meta = json.loads((args.out / "nosink.json").read_text(encoding="utf-8"))["training"]
         steps, seconds, train_peak, losses = meta["steps"], meta["seconds"], None, []
     else:
-        result = finetune(model, args.spec, texts, args.out, options)
+        result = finetune(model, args.spec, texts, args.out, options, resume=args.resume)
         steps, seconds, train_peak, losses = result.steps, result.seconds, peak_mib(), result.losses
         print(f"trained {steps} steps in {seconds / 60:.1f} min, peak RSS {train_peak:.0f} MiB")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
