@@ -46,9 +46,9 @@ from nosink.finetune import FinetuneOptions, finetune
 from nosink.models import EncoderFromDecoder
 from nosink.models.weights import resolve_model
 
-# The study's training-free best for SmolLM2-135M per task (docs/results/study.md): spec, exit, metric.
-ENCODERS = ("fine-tuned", "all-MiniLM-L6-v2", "training-free")
+ENCODERS = ("fine-tuned", "all-MiniLM-L6-v2", "training-free")  # what --scores may name
 
+# The study's training-free best for SmolLM2-135M per task (docs/results/study.md): spec, exit, metric.
 DEFAULTS = {
     "sts": ("F* | B*13 | M0B*2", 25, "Spearman"),
     "banking77": ("F* | B*13 | M0B*2", None, "accuracy"),
@@ -79,7 +79,7 @@ class Scorer:
         self.task = args.task
         self.instruction: str | None = None
         if args.task == "sts":
-            self.sts = load_sts(args.data / "stsb", args.choose, args.test_items)  # the full test split
+            self.sts = load_sts(args.data / "stsb", args.choose, args.test_items)  # test: all of it by default
             if args.choose:  # settings are chosen on a seeded sample of the dev split, never on test
                 self.sts = dataclasses.replace(self.sts, name="STSBenchmark (dev)", report=self.sts.choose)
             self.instruction = str(self.sts.instruction)
