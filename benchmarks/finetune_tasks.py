@@ -4,6 +4,8 @@
         --json benchmarks/results/finetune-sts/result.json
 
 Training data is the *train* split of the task, without its labels: unlabelled text of the task's domain.
+With ``--task sts --pairs MIN_SCORE`` it is supervised instead: the STS-B train pairs scored at least MIN_SCORE
+(of 5), each an anchor and its positive for ``--objective mnrl`` (in-batch negatives).
 
 - ``sts``: STS-B train sentences (both sides of every pair, deduplicated); scored on STS-B's full test split with
   the study's STS task (cosine similarities, Spearman, pairs as bootstrap units).
@@ -86,6 +88,10 @@ class Scorer:
             train = LOCAL_FOLDERS["STSBenchmark"][1](args.data / "stsb")["train"]
             self.train_texts = [*train["sentence1"], *train["sentence2"]]
             self.described = "STS-B train split sentences without scores"
+            if args.pairs is not None:
+                rows = zip(train["sentence1"], train["sentence2"], train["score"], strict=True)
+                self.train_texts = [f"{a}\t{b}" for a, b, score in rows if float(score) >= args.pairs]
+                self.described = f"STS-B train split pairs scored >= {args.pairs} (anchor, positive)"
             self.scored_on = (
                 f"{len(self.sts.report)} seeded STS-B dev pairs (choosing)" if args.choose
                 else f"STS-B test, {len(self.sts.report)} pairs"
@@ -179,6 +185,13 @@ def main() -> None:
         choices=list(ENCODERS),
         help="which encoders to score (default: all three)",
     )
+    p.add_argument(
+        "--pairs",
+        type=float,
+        default=None,
+        metavar="MIN_SCORE",
+        help="sts: train on the STS-B train pairs scored >= MIN_SCORE (supervised; use --objective mnrl)",
+    )
     p.add_argument("--cls-train", type=int, default=770, help="banking77: the study's training sample")
     p.add_argument("--cls-test", type=int, default=770, help="banking77: the study's test sample")
     p.add_argument("--ner-train", type=int, default=600, help="ner: the study's probe training sentences")
@@ -187,6 +200,8 @@ def main() -> None:
     args = p.parse_args()
     if args.choose and args.task != "sts":
         p.error("--choose is for --task sts (banking77 and ner keep the study's own samples)")
+    if args.pairs is not None and (args.task != "sts" or args.objective != ["mnrl"]):
+        p.error("--pairs is for --task sts with --objective mnrl (the pairs are anchors and positives)")
     if "fine-tuned" not in args.scores:
         p.error("--scores must include fine-tuned: the paired differences are taken against it")
     spec, exit_layer, metric = DEFAULTS[args.task]
