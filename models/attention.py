@@ -243,6 +243,16 @@ class Packed:
             self._cache["firsts"] = (index, places, Segments(cu, 1, None))
         return self._cache["firsts"]
 
+    def no_sink_heads(self) -> tuple[Segments, torch.Tensor]:
+        """M0B's segments: each row as ``[first token][the rest]`` (:meth:`split` ``(1)``), and the keys each
+        segment attends from its own bound on ``(2R,)`` int32: the whole row for the first, the rest for the rest
+        (cached)."""
+        if "no_sink_heads" not in self._cache:
+            counts = self.cu[1:] - self.cu[:-1]  # (R,)
+            used = torch.stack([counts, (counts - 1).clamp(min=0)], dim=1).flatten().to(torch.int32)
+            self._cache["no_sink_heads"] = (self.split(1), used)
+        return self._cache["no_sink_heads"]
+
     def in_head(self, head: int) -> torch.Tensor:
         """``(N, 1, 1)``: which tokens lie at places ``0..head-1`` of their rows (cached)."""
         key = ("in_head", head)
@@ -349,6 +359,11 @@ def _attend_packed(
     else:
         # Places after the head attend each other; head places attend every key at or after them in the row.
         head = kind.sink + 1
+        if head == 1 and q.shape[0] and varlen.kernel_applies(q) and varlen.takes_used_keys() and not _grad(q, k, v):
+            # M0B in one call: each row's first query a segment over every key of the row, the rest a segment over
+            # the keys after the first (the two segments' keys overlap: `used_keys`, inference only).
+            segments, used = packed.no_sink_heads()
+            return varlen.call(q, k, v, segments, varlen.FULL, scale, used_keys=used)[None]
         tail = varlen.attend_segments(q, k, v, packed.split(head), varlen.FULL, scale)
         if head == 1 and q.shape[0] and varlen.kernel_applies(q):
             # M0B: each row's first query attends the whole row: one query a row over the rows' keys, written
@@ -360,6 +375,11 @@ def _attend_packed(
             first = varlen.attend_segments(q, k, v, packed.rows(), varlen.LATER, scale)
             out = torch.where(packed.in_head(head), first, tail)
     return out[None]  # (1, N, H, Dv)
+
+
+def _grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd records an operation on ``tensors`` (training: kernels without a backward are out)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _route(

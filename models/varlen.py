@@ -5,7 +5,8 @@ starts (``cu_seqlens``, on the device, and on the host when known). :func:`atten
 each segment over a window (full, causal, or reverse-causal: each query and every key after it), on the flash
 kernel of ``torch.nn.attention.varlen`` where it applies (CUDA, fp16/bf16), else with one SDPA call per
 segment (exact; needs the host's bounds). :func:`call` is the kernel call itself, also for queries whose
-segments are not their keys' (one query a row over the row's keys). Pure torch.
+segments are not their keys' (one query a row over the row's keys), or whose keys overlap another segment's
+(``used_keys``: each segment's keys start at its own bound and run that many tokens). Pure torch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "attend_segments",
     "call",
     "kernel_applies",
+    "takes_used_keys",
     "varlen_ready",
 ]
 
@@ -93,11 +95,18 @@ def call(
     window: tuple[int, int],
     scale: float | None,
     queries: Segments | None = None,
+    used_keys: torch.Tensor | None = None,
 ) -> torch.Tensor:
     # `queries`: the queries' own segments (each of `segments`' key segments), when they are not the keys' own.
+    # `used_keys (S,)` int32: segment i's keys are the `used_keys[i]` tokens from its bound `segments.cu[i]` on, so
+    # that segments may share keys (see takes_used_keys(): inference only, the kernel has no backward for it).
     fn, params = function()  # type: ignore[misc]
     queries = segments if queries is None else queries
     kwargs: dict[str, Any] = {}
+    if used_keys is not None:
+        if "seqused_k" not in params:
+            fn, params = _flash_forward, _FLASH_PARAMS
+        kwargs["seqused_k"] = used_keys
     if window != FULL:
         if "window_size" in params:  # torch >= 2.11: causal is a window reaching no key to the right
             kwargs["window_size"] = window
@@ -126,6 +135,42 @@ def call(
         if "enable_gqa" not in kwargs:
             k, v = (repeat(x, "n hkv d -> n (hkv g) d", g=heads // x.shape[1]) for x in (k, v))
     return fn(q, k, v, queries.cu, segments.cu, most, longest, **kwargs)
+
+
+def takes_used_keys() -> bool:
+    """Whether :func:`call` takes ``used_keys`` here: through ``varlen_attn``, or the flash op it calls."""
+    found = function()
+    if found is None:
+        return False
+    return "seqused_k" in found[1] or _flash_takes_used_keys()
+
+
+@cache
+def _flash_takes_used_keys() -> bool:
+    op = getattr(torch.ops.aten, "_flash_attention_forward", None)
+    return op is not None and any(arg.name == "seqused_k" for arg in op.default._schema.arguments)
+
+
+_FLASH_PARAMS = frozenset({"scale", "seqused_k"})
+
+
+def _flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    *,
+    scale: float | None = None,
+    seqused_k: torch.Tensor | None = None,
+) -> torch.Tensor:
+    # The flash op behind varlen_attn, for a torch whose varlen_attn has no seqused_k (full window only; fewer key
+    # and value heads than query heads are taken as they are).
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, cu_q, cu_k, max_q, max_k, 0.0, False, False, scale=scale, seqused_k=seqused_k
+    )[0]
 
 
 NATIVE_GQA = [True]  # emptied once a varlen kernel refuses fewer key/value heads than query heads

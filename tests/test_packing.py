@@ -300,18 +300,26 @@ def test_padded_layout_indices_need_no_nonzero(lengths, extra, start, side):
 # ---------------------------------------------------------------- the kernel's formulation, off the GPU
 
 
-def windowed_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+def windowed_kernel(
+    q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False, seqused_k=None
+):
     """A stand-in for flash attention's variable-length kernel, written from its definition: query ``i`` of
     segment ``b`` of ``cu_q`` attends key ``j`` of segment ``b`` of ``cu_k`` when ``i + d - left <= j <= i + d + right``
-    (-1: no bound; ``d`` = keys - queries of the segment: windows align bottom-right); no key: a zero output."""
+    (-1: no bound; ``d`` = keys - queries of the segment: windows align bottom-right); no key: a zero output.
+    With ``seqused_k``, segment ``b``'s keys are the ``seqused_k[b]`` tokens from ``cu_k[b]`` on."""
     assert cu_q.dtype == cu_k.dtype == torch.int32 and cu_q.shape == cu_k.shape
     qb, kb = cu_q.tolist(), cu_k.tolist()
+    keys = list(itertools.pairwise(kb))
+    if seqused_k is not None:
+        assert seqused_k.dtype == torch.int32 and seqused_k.shape == (len(kb) - 1,)
+        keys = [(c, c + n) for c, n in zip(kb, seqused_k.tolist(), strict=False)]
+        assert all(e <= k.shape[0] for _, e in keys), "a segment's keys end inside the stream"
     assert max_q >= max(b - a for a, b in itertools.pairwise(qb)), "max_q bounds every query segment"
-    assert max_k >= max(b - a for a, b in itertools.pairwise(kb)), "max_k bounds every key segment"
+    assert max_k >= max(e - c for c, e in keys), "max_k bounds every key segment"
     left, right = window_size
     out = q.new_zeros(q.shape[0], q.shape[1], v.shape[-1])
     k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], 1) for x in (k, v))
-    for (a, b), (c, e) in zip(itertools.pairwise(qb), itertools.pairwise(kb), strict=True):
+    for (a, b), (c, e) in zip(itertools.pairwise(qb), keys, strict=True):
         if b <= a or e <= c:
             continue
         i, j = torch.arange(b - a)[:, None] + (e - c) - (b - a), torch.arange(e - c)[None, :]
@@ -329,16 +337,34 @@ def windowed_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_siz
     lengths=st.lists(st.integers(0, 14), min_size=1, max_size=5),
     side=st.sampled_from(["right", "left"]),
     slack=st.integers(0, 6),
+    used_keys=st.booleans(),
 )
-def test_a_stream_from_device_bounds_runs_every_kind_on_the_kernel(kind, lengths, side, slack):
+def test_a_stream_from_device_bounds_runs_every_kind_on_the_kernel(kind, lengths, side, slack, used_keys):
     # What a CUDA graph runs: a Packed.stream built from the bounds and places alone (no host lengths), its
     # segmentations computed on the device, every kind through the variable-length kernel's windows (a
     # stand-in written from the kernel's definition), with max_length only an upper bound. Equals the dense mask.
+    # M0B runs as one call whose segments share keys where the kernel takes seqused_k, else as two calls.
+    on_stand_in(kind, lengths, side, slack, used_keys)
+
+
+@pytest.mark.parametrize("used_keys", [True, False])
+@pytest.mark.parametrize("lengths", [[3, 0, 5, 1], [1], [7, 7], [0, 2]])
+def test_m0b_on_the_kernel_in_one_call_or_two(lengths, used_keys):
+    on_stand_in(Kind("B", 0), lengths, "right", 2, used_keys)
+
+
+def on_stand_in(kind, lengths, side, slack, used_keys):
+    params = frozenset({"scale", "window_size", *(["seqused_k"] if used_keys else [])})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(varlen, "kernel_applies", lambda q: True)
-        patch.setattr(varlen, "function", lambda: (windowed_kernel, frozenset({"scale", "window_size"})))
+        patch.setattr(varlen, "function", lambda: (windowed_kernel, params))
+        patch.setattr(varlen, "_flash_takes_used_keys", lambda: False)
         patch.setattr(varlen, "NATIVE_GQA", [True])
+        calls = []
+        patch.setattr(varlen, "call", lambda *a, call=varlen.call, **kw: calls.append(kw) or call(*a, **kw))
         check_stream(kind, lengths, side, slack)
+    if kind == Kind("B", 0) and sum(lengths):  # M0B: one call sharing keys, or the rest and then the first queries
+        assert [sorted(kw) for kw in calls] == ([["used_keys"]] if used_keys else [[], ["queries"]])
 
 
 def check_stream(kind, lengths, side, slack):
