@@ -1363,3 +1363,42 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
     # only "the cat" (held at the snapshot, counted once released) was encoded; "a dog ran" never was
     assert worker.stats["embedded_texts"] == before["embedded_texts"] + 1
     np.testing.assert_allclose(_vectors(first[0]), _encode(server, ["the cat"]), atol=1e-6, rtol=0)
+
+
+def test_the_direct_embeddings_route_keeps_the_apps_error_bodies_and_later_middleware(caplog):
+    # POST /v1/embeddings skips FastAPI's routing (routes.Direct): an unexpected failure still gets the app's 500
+    # body, other methods the framework's 405, and middleware a user adds to the app still wraps the route.
+    lm, tok = tiny_chat_model()
+    app = create_app(lm, tok, SPEC, name="tiny", limits=LIMITS)
+    assert [m.cls for m in app.user_middleware] == [nosink.serve.routes.Direct]
+
+    @app.middleware("http")
+    async def mark(request, call_next):
+        response = await call_next(request)
+        response.headers["x-seen"] = request.url.path
+        return response
+
+    def send(method, body):
+        conn = http.client.HTTPConnection(running.host, running.port, timeout=120)
+        conn.request(method, "/v1/embeddings", json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer = (response.status, response.getheader("x-seen"), json.loads(response.read()))
+        conn.close()
+        return answer
+
+    with ServerThread(app) as running:
+        status, seen, body = send("POST", OK_EMBED)
+        assert status == 200 and seen == "/v1/embeddings" and len(body["data"][0]["embedding"]) == 32
+        assert send("GET", OK_EMBED)[::2] == (405, ApiError(405, "Method Not Allowed", "method_not_allowed").body())
+
+        def refuse(job):
+            raise RuntimeError("the engine broke")
+
+        app.state.engine.submit = refuse
+        with caplog.at_level(logging.ERROR, logger="nosink.serve.routes"):
+            status, seen, body = send("POST", OK_EMBED)
+        assert (status, seen) == (500, "/v1/embeddings")
+        assert body == ApiError(500, "internal server error", "internal_error", kind="server_error").body()
+        assert "the engine broke" in caplog.text
+        del app.state.engine.submit
+        assert send("POST", OK_EMBED)[0] == 200
