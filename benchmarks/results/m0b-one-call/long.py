@@ -44,5 +44,8 @@ for seq, batch in ((8192, 2), (2048, 8), (512, 32)):
                         times[name].append(time.perf_counter() - start)
         rate = {name: tokens / statistics.median(t) for name, t in times.items()}
         f, one, two = rate["F*"], rate["one"], rate["two"]
-        row = f"| {seq} x {batch} | {padding:.0%} | {f:,.0f} | {one:,.0f} ({one / f:.2f}x) | {two:,.0f} ({two / f:.2f}x)"
+        row = (
+            f"| {seq} x {batch} | {padding:.0%} | {f:,.0f} | {one:,.0f} ({one / f:.2f}x) | {two:,.0f} ({two / f:.2f}x)"
+        )
+
         print(f"{row} | {one / two:.3f} |", flush=True)
