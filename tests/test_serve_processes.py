@@ -144,3 +144,47 @@ def test_a_front_end_that_dies_is_replaced(served, client):
         got = client.embeddings.create(model="tiny", input=TEXTS[:1])
         assert len(got.data[0].embedding) == served.app.state.encoder.config.hidden_size
     assert _health(served)["waiting"] == 0
+
+
+def test_one_unit_of_work_answers_each_front_end_in_one_message():
+    # The model's process holds back what one batch (or chat step) answers a front-end and sends it as one message
+    # when the engine next takes its inbox; the front-end settles each request from it, in order.
+    import multiprocessing
+
+    from nosink.models.texts import Tokenized
+    from nosink.serve.jobs import EmbedJob
+    from nosink.serve.processes import PipeInbox, RemoteEngine
+
+    class Engine:
+        def check(self, job):
+            pass
+
+        def cancel(self, job):
+            job.cancelled = True
+
+    inbox = PipeInbox(Engine())
+    model_end, front_end = multiprocessing.Pipe()
+    inbox.attach(model_end, lambda why: None)
+    jobs = [EmbedJob(Tokenized(prefix_ids=[[1]], text_ids=[[5 + i]], suffix_ids=None)) for i in range(3)]
+    remote = RemoteEngine(front_end, most=8)
+    for i, job in enumerate(jobs):
+        remote.jobs[i], remote.idents[id(job)] = job, i
+        front_end.send(("job", i, job))
+    taken = []
+    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
+    while len(taken) < 3 and time.monotonic() < deadline:
+        taken += inbox.take(1.0)
+    assert [job.tokens.text_ids for job in taken] == [[[5]], [[6]], [[7]]]
+    for k, job in enumerate(taken):  # what a batch does: each request's vectors, one after another
+        job.future.set_running_or_notify_cancel()
+        job.future.set_result(np.full((1, 2), k, dtype=np.float32))
+    assert not front_end.poll()  # held back until the unit of work is over ...
+    inbox.take(0.0)
+    message = front_end.recv()  # ... then one message for the three
+    assert message[0] == "many" and [m[:2] for m in message[2]] == [("vectors", 0), ("vectors", 1), ("vectors", 2)]
+    assert not front_end.poll()
+    remote._handle(*message)
+    assert [job.future.result()[0, 0] for job in jobs] == [0.0, 1.0, 2.0] and remote.jobs == {}
+    inbox.peers[0].send(("health", 9, {"waiting": 0}))  # a lone message goes as it is, not wrapped
+    inbox.flush()
+    assert front_end.recv() == ("health", 9, {"waiting": 0})

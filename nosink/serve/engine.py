@@ -55,6 +55,9 @@ class Inbox:
             pass
         return items
 
+    def flush(self) -> None:
+        """Send what answers are held back (an inbox that answers other processes batches them; see PipeInbox)."""
+
 
 class Engine:
     """Runs the model for every request: :meth:`submit` from any thread, the work in the engine's own thread.
@@ -177,6 +180,7 @@ class Engine:
                         job.future.set_exception(RuntimeError("the server is shutting down"))
                 for chat in self.chats.jobs():
                     emit(chat, ("error", "the server is shutting down"))
+                self.inbox.flush()
                 return False
             if isinstance(item, EmbedJob):
                 self.batches.add(item)

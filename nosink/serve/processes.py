@@ -132,7 +132,10 @@ class RemoteEngine:
         return job
 
     def _handle(self, kind: str, ident: int, payload: Any) -> None:
-        if kind == "health":
+        if kind == "many":  # the answers of one unit of the engine's work, in the order it gave them
+            for message in payload:
+                self._handle(*message)
+        elif kind == "health":
             asked = self.asked.pop(ident, None)
             if asked is not None:
                 asked.set_result(payload)
@@ -170,13 +173,24 @@ def _settle(future: concurrent.futures.Future, value: Any, failed: bool) -> None
 
 
 class _Peer:
-    """One front-end, as the model's process sees it: its pipe and the jobs it has in flight."""
+    """One front-end, as the model's process sees it: its pipe, the jobs it has in flight, and the answers held
+    back until the engine's unit of work ends (:meth:`flush`: one message for all of them)."""
 
     def __init__(self, conn: Connection, ready: Callable[[str | None], None]) -> None:
         self.conn, self.ready = conn, ready
         self.jobs: dict[int, EmbedJob | ChatJob] = {}
+        self.held: list[tuple] = []
 
     def send(self, message: tuple) -> None:
+        """Hold ``message`` back until the next :meth:`flush`."""
+        self.held.append(message)
+
+    def flush(self) -> None:
+        """Send the held messages: one alone as it is, several as one ``("many", 0, messages)``."""
+        if not self.held:
+            return
+        message = self.held[0] if len(self.held) == 1 else ("many", 0, self.held)
+        self.held = []
         try:
             self.conn.send(message)
         except (OSError, ValueError):  # the front-end is gone; its jobs are cancelled when its pipe ends
@@ -187,8 +201,10 @@ class PipeInbox(Inbox):
     """The engine's inbox in the model's process: the front-ends' pipes, read by the engine's own thread.
 
     :meth:`take` waits on every pipe at once and reads all that has come: jobs become the engine's work,
-    cancellations and health questions are handled on the spot. Answers go back from the engine's thread
-    as each job finishes. No other thread touches the pipes, so no message waits for a hand-over.
+    cancellations and health questions are handled on the spot. Answers go back from the engine's thread:
+    those of one unit of work (a batch's vectors, a chat step's tokens) as one message per front-end, sent
+    when the engine next takes its inbox, right after that unit. No other thread touches the pipes, so no
+    message waits for a hand-over.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -209,7 +225,12 @@ class PipeInbox(Inbox):
         super().put(item)
         self.wake_w.send_bytes(b"")
 
+    def flush(self) -> None:
+        for peer in self.peers:
+            peer.flush()
+
     def take(self, timeout: float | None) -> list:
+        self.flush()  # the last unit of work's answers, before waiting for more
         with self.lock:
             self.peers += self.added
             self.added = []
@@ -231,6 +252,7 @@ class PipeInbox(Inbox):
                     self.engine.cancel(job)
                 self.peers.remove(peer)
                 peer.conn.close()
+        self.flush()  # what reading the pipes answered (refused jobs, health)
         return super().take(0.0) + items
 
     def _handle(self, peer: _Peer, kind: str, ident: int, payload: Any) -> EmbedJob | ChatJob | None:
