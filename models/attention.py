@@ -359,13 +359,14 @@ def _attend_packed(
     else:
         # Places after the head attend each other; head places attend every key at or after them in the row.
         head = kind.sink + 1
-        if head == 1 and q.shape[0] and varlen.kernel_applies(q) and varlen.takes_used_keys() and not _grad(q, k, v):
+        on_kernel = head == 1 and q.shape[0] > 0 and varlen.kernel_applies(q)  # M0B on the flash kernel
+        if on_kernel and varlen.takes_used_keys() and not _grad(q, k, v):
             # M0B in one call: each row's first query a segment over every key of the row, the rest a segment over
             # the keys after the first (the two segments' keys overlap: `used_keys`, inference only).
             segments, used = packed.no_sink_heads()
             return varlen.call(q, k, v, segments, varlen.FULL, scale, used_keys=used)[None]
         tail = varlen.attend_segments(q, k, v, packed.split(head), varlen.FULL, scale)
-        if head == 1 and q.shape[0] and varlen.kernel_applies(q):
+        if on_kernel:
             # M0B: each row's first query attends the whole row: one query a row over the rows' keys, written
             # back in place (empty rows write to a spare row), so long rows pay for no other query twice.
             index, places, firsts = packed.firsts()

@@ -3,8 +3,7 @@
 # on call1.sh's machine (a warm call).
 set -uo pipefail
 source benchmarks/results/device-setup.sh
-rm -rf /tmp/pkgold && mkdir -p /tmp/pkgold && cp -r .gpu/old/nosink /tmp/pkgold/nosink
-for d in layerspec models corpus evals; do cp -r .gpu/old/$d /tmp/pkgold/nosink/$d; done
+old_package
 t0=$SECONDS
 cd /tmp
 PYTHONPATH=/tmp/pkgold:/tmp/site timeout 590 python3 "$SRC/benchmarks/bench_serve_gpu.py" --arch qwen2.5-0.5b \

@@ -3,8 +3,7 @@
 # against cbccbd1 (.gpu/old: neither), 8 front-ends, 64 x 1 and the mixed load, on one machine.
 set -uo pipefail
 source benchmarks/results/device-setup.sh
-rm -rf /tmp/pkgold && mkdir -p /tmp/pkgold && cp -r .gpu/old/nosink /tmp/pkgold/nosink
-for d in layerspec models corpus evals; do cp -r .gpu/old/$d /tmp/pkgold/nosink/$d; done
+old_package
 t0=$SECONDS
 cd /tmp
 for code in new old; do
