@@ -196,6 +196,7 @@ def main() -> None:
     p.add_argument("--cls-test", type=int, default=770, help="banking77: the study's test sample")
     p.add_argument("--ner-train", type=int, default=600, help="ner: the study's probe training sentences")
     p.add_argument("--ner-dev", type=int, default=600, help="ner: the study's dev sentences (halved)")
+    p.add_argument("--autocast", choices=["bfloat16"], default=None, help="mixed precision (AMX CPUs: ~1.35x faster)")
     p.add_argument("--lora-layers", default="converted", help="'converted': the backward stops at the first one")
     args = p.parse_args()
     if args.choose and args.task != "sts":
@@ -218,7 +219,7 @@ def main() -> None:
         objectives=tuple(args.objective), steps=args.steps, minutes=args.minutes, batch_size=args.batch_size,
         learning_rate=args.lr, max_length=args.max_length, instruction=scorer.instruction,
         exit_layer=args.exit_layer, attention_dropout=args.attention_dropout, seed=args.seed,
-        lora_layers=args.lora_layers, checkpoint_every=50,
+        lora_layers=args.lora_layers, checkpoint_every=50, autocast=args.autocast,
     )  # fmt: skip
     model = str(resolve_model(args.model))
     payload: dict = {"command": "nice -n 5 python benchmarks/finetune_tasks.py " + " ".join(

@@ -366,6 +366,30 @@ def test_lora_on_the_converted_layers_only(base, texts_file, tmp_path):
         finetune(base, "F*", texts_file, tmp_path / "o2", options(steps=1, lora_layers="converted"))
 
 
+def test_autocast_runs_the_forward_in_bfloat16_and_keeps_the_adapter_float32(base, texts_file, tmp_path, monkeypatch):
+    import nosink.finetune.loop as loop
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return simcse_loss(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "simcse_loss", spy)
+    plain = finetune(base, SPEC, texts_file, tmp_path / "plain", options(steps=2))
+    assert len(seen) == 2 and not any(on for on, _ in seen)
+    seen.clear()
+    mixed = finetune(base, SPEC, texts_file, tmp_path / "mixed", options(steps=2, autocast="bfloat16"))
+    assert seen == [(True, torch.bfloat16)] * 2
+    assert mixed.losses != plain.losses and mixed.losses == pytest.approx(plain.losses, rel=0.1)
+    adapter = load_file(str(tmp_path / "mixed" / "adapter" / "adapter_model.safetensors"))
+    assert adapter and all(t.dtype == torch.float32 for t in adapter.values())
+    with pytest.raises(ValueError, match="other options or data"):  # a run resumes with the precision it began with
+        finetune(base, SPEC, texts_file, tmp_path / "mixed", options(steps=3), resume=True)
+    with pytest.raises(ValueError, match="autocast must be"):
+        options(autocast="float16")
+
+
 @pytest.mark.parametrize("family", ["qwen2", "gemma3_text", "phi3", "gpt2"])
 def test_other_families_train_through_the_same_loop_with_attention_dropout(family):
     from tiny import tiny_decoder

@@ -50,6 +50,8 @@ def _arguments(p: Parser) -> None:
     p.add_argument("--pooling", default="mean", choices=POOLINGS, help="as for encode")
     p.add_argument("--instruction", help="prompt put before every text, as encode(instruction=) will be given")
     p.add_argument("--exit-layer", type=exit_layer, metavar="M", help=EXIT_HELP + "; recorded in the folder")
+    p.add_argument("--autocast", choices=["bfloat16"], default=None,
+                   help="mixed precision: matrix products in bfloat16, the adapter in the weights' dtype")  # fmt: skip
     p.add_argument("--checkpoint-every", type=count_arg(), default=100, help="steps between checkpoints")
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")
     p.add_argument("--copy-base", action="store_true", help="save the base model into OUT/base (self-contained)")
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         attention_dropout=args.attention_dropout, temperature=args.temperature,
         mask_probability=args.mask_probability, max_length=args.max_length, pooling=args.pooling,
         instruction=args.instruction, exit_layer=args.exit_layer, checkpoint_every=args.checkpoint_every,
-        show_progress_bar=not args.no_progress,
+        autocast=args.autocast, show_progress_bar=not args.no_progress,
     )  # fmt: skip
     result = finetune(
         model_path(args.model), args.spec, args.data, args.out, options, resume=args.resume, copy_base=args.copy_base

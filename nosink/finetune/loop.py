@@ -78,6 +78,7 @@ def train(
     embedding = {"instruction": options.instruction, "pooling": options.pooling, "max_length": options.max_length}
     steps = math.inf if options.steps is None else options.steps
     seconds = math.inf if options.minutes is None else options.minutes * 60
+    mixed = _autocast(encoder, options.autocast)
     was_training = encoder.training
     encoder.train()
     total = None if options.steps is None else options.steps
@@ -88,17 +89,18 @@ def train(
                 start = time.perf_counter()
                 items = data.batch(state.step, options.batch_size, options.seed)
                 loss = torch.zeros(())
-                for objective in options.objectives:
-                    if objective == "simcse":
-                        loss = loss + simcse_loss(encoder, items, options.temperature, **embedding)
-                    elif objective == "mnrl":
-                        loss = loss + mnrl_loss(encoder, items, options.temperature, **embedding)
-                    else:
-                        assert head is not None  # finetune() loads the LM head for mntp
-                        loss = loss + mntp_loss(
-                            encoder, head, items, mask_id=mask_id, probability=options.mask_probability,
-                            instruction=options.instruction, max_length=options.max_length,
-                        )  # fmt: skip
+                with mixed:
+                    for objective in options.objectives:
+                        if objective == "simcse":
+                            loss = loss + simcse_loss(encoder, items, options.temperature, **embedding)
+                        elif objective == "mnrl":
+                            loss = loss + mnrl_loss(encoder, items, options.temperature, **embedding)
+                        else:
+                            assert head is not None  # finetune() loads the LM head for mntp
+                            loss = loss + mntp_loss(
+                                encoder, head, items, mask_id=mask_id, probability=options.mask_probability,
+                                instruction=options.instruction, max_length=options.max_length,
+                            )  # fmt: skip
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
@@ -116,3 +118,11 @@ def train(
         encoder.train(was_training)
     logger.info("trained %d steps in %.0f s", state.step, state.seconds)
     return TrainResult(state.step, state.seconds, list(state.losses))
+
+
+def _autocast(encoder: EncoderFromDecoder, dtype: str | None) -> torch.autocast:
+    """The mixed-precision context of the forward passes (a disabled one without ``dtype``), on the encoder's device."""
+    device = encoder.parts.embed_tokens.weight.device.type
+    if dtype is None:
+        return torch.autocast(device, enabled=False)
+    return torch.autocast(device, dtype=getattr(torch, dtype))

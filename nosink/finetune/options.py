@@ -9,12 +9,15 @@ from typing import Any
 from nosink.checks import positive_int, printable
 from nosink.models.pooling import POOLINGS
 
-__all__ = ["OBJECTIVES", "FinetuneOptions"]
+__all__ = ["AUTOCASTS", "OBJECTIVES", "FinetuneOptions"]
 
 # mntp: LLM2Vec's masked next-token prediction with the decoder's own LM head; simcse: unsupervised SimCSE (a text
 # and itself under another dropout mask are the positive pair); mnrl: supervised contrastive loss on (anchor,
 # positive) pairs with in-batch negatives (sentence-transformers' MultipleNegativesRankingLoss).
 OBJECTIVES = ("mntp", "simcse", "mnrl")
+# Mixed precision: the forward and backward run their matrix products in this dtype (torch.autocast) while the
+# adapter and the optimizer's state stay in the weights' dtype. bfloat16 only: float16 would need loss scaling.
+AUTOCASTS = ("bfloat16",)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class FinetuneOptions:
     exit_layer: int | None = None  # an early exit (see EncoderFromDecoder); recorded in the folder
     checkpoint_every: int = 100  # steps between checkpoints (one is always written at the end)
     max_grad_norm: float = 1.0
+    autocast: str | None = None  # "bfloat16": mixed precision (about 1.35x faster on a CPU with AMX); None: off
     show_progress_bar: bool = True
 
     def __post_init__(self) -> None:
@@ -85,6 +89,10 @@ class FinetuneOptions:
             raise ValueError(f"unknown pooling {printable(repr(self.pooling))}; expected one of {', '.join(POOLINGS)}")
         if self.exit_layer is not None:
             positive_int(self.exit_layer, "exit_layer")
+        if self.autocast is not None and self.autocast not in AUTOCASTS:
+            raise ValueError(
+                f"autocast must be None or one of {', '.join(AUTOCASTS)}, got {printable(repr(self.autocast))}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The options as JSON values (what a checkpoint and the folder's ``nosink.json`` record)."""
