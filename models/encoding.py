@@ -31,7 +31,9 @@ from .texts import Template
 if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
 
-__all__ = ["ENCODE_CHUNK_BATCHES", "ENCODE_LAG_BATCHES", "EncodeOptions", "Pooled", "encode_texts", "pooled_batches"]
+__all__ = [
+    "ENCODE_CHUNK_BATCHES", "ENCODE_LAG_BATCHES", "EncodeOptions", "Pooled", "ToHost", "encode_texts", "pooled_batches",
+]  # fmt: skip
 
 # On CUDA, texts are tokenized a chunk at a time while the GPU runs the chunks before: the first chunk holds one
 # batch, each next one twice as many, up to this many (a longer chunk pads less; the choice is measured in
@@ -68,30 +70,49 @@ def pooled_batches(
     On CUDA each result comes ``lag`` batches after its launch; elsewhere at once. Vectors are not
     normalised: a caller that averages several prompts normalises after averaging.
     """
-    pending: deque[tuple[Key, torch.Tensor, Any, list[int] | None]] = deque()
+    pending: deque[tuple[Key, ToHost, list[int] | None]] = deque()
     for tokens, rows, key in batches:
         out, counts = encoder.encode_batch(tokens, rows, plans, pooling, padding_side, token_embeddings)
-        if out.device.type == "cuda":
-            host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-            host.copy_(out, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(out.device))  # the model's GPU, not the current one
-            pending.append((key, host, event, counts))
-            keep = lag
-        else:
-            pending.append((key, out.cpu(), None, counts))
-            keep = 0
+        copy = ToHost(out)
+        pending.append((key, copy, counts))
+        keep = lag if copy.pending else 0
         while len(pending) > keep:
-            yield _take(pending.popleft())
+            yield _ready(*pending.popleft())
     while pending:
-        yield _take(pending.popleft())
+        yield _ready(*pending.popleft())
 
 
-def _take(item: tuple[Any, torch.Tensor, Any, list[int] | None]) -> Pooled:
-    key, host, event, counts = item
-    if event is not None:
-        event.synchronize()  # recorded `lag` batches ago: normally long done
-    return Pooled(key, host, counts)
+def _ready(key: Key, copy: ToHost, counts: list[int] | None) -> Pooled[Key]:
+    return Pooled(key, copy.wait(), counts)  # on CUDA launched `lag` batches ago: normally long done
+
+
+class ToHost:
+    """A device tensor on its way to the host: on CUDA a copy into pinned memory, queued behind the work that makes
+    the tensor, and an event after it, so that the host goes on launching work meanwhile; elsewhere a plain copy.
+
+    The copy is queued on the tensor's device's current stream (the model's, not the current device's).
+    """
+
+    def __init__(self, out: torch.Tensor) -> None:
+        self.event: Any = None
+        if out.device.type == "cuda":
+            self.host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self.host.copy_(out, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(out.device))
+        else:
+            self.host = out.cpu()
+
+    @property
+    def pending(self) -> bool:
+        """Whether the copy may still be under way (only on CUDA)."""
+        return self.event is not None
+
+    def wait(self) -> torch.Tensor:
+        """The tensor on the host, once the copy has landed (waits for it, and for the work before it)."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host
 
 
 @dataclass

@@ -1331,18 +1331,18 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
     worker = engine.batches
     release, held = threading.Event(), []
 
-    def hold(tokens):  # the first batch keeps the worker busy until released
-        held.append(tokens)
+    def hold(rows, start):  # the first batch keeps the worker busy until released
+        held.append(rows)
         release.wait(120)
-        return type(worker)._encode(worker, tokens)
+        return type(worker)._queue(worker, rows, start)
 
-    worker._encode = hold
+    worker._queue = hold
     try:
         first = []
         busy = threading.Thread(target=lambda: first.append(client.embeddings.create(model="tiny", input="the cat")))
         busy.start()
         _until(lambda: held, "the first request to reach the worker")
-        del worker._encode
+        del worker._queue
         before = dict(worker.stats)
         conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
         conn.request(

@@ -18,6 +18,12 @@ want them:
   configurations that differ in many layers; keeping them apart costs at most one partly filled batch
   per group and gathering. Within a group, rows of different framings mix freely (the prompt and the
   template are in each row's tokens), as texts with and without a prompt always did.
+
+On a GPU a batch is *launched* (its work queued, its vectors' copy to the host queued behind it) and answered
+later: while one batch runs on the GPU, the engine's thread launches the next (if any request waits) and only
+then answers the one before, so the host's work on a batch (building it, answering it) overlaps the GPU's work
+on another instead of leaving the GPU idle. At most one batch is in flight besides the one being launched. On
+a CPU a batch is answered as soon as it is launched.
 """
 
 import time
@@ -31,6 +37,7 @@ import torch
 from nosink.layerspec import Plan
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
+from nosink.models.encoding import ToHost
 from nosink.serve.jobs import EmbedJob
 from nosink.serve.limits import Limits
 
@@ -45,6 +52,16 @@ class Row:
 
 
 Rows = list[Row]  # one batch
+
+
+@dataclass
+class Launched:
+    """A batch whose work is queued: its rows, the plans it runs and its unit vectors on their way to the host."""
+
+    rows: Rows
+    plans: list[Plan]
+    vectors: ToHost  # (plans, B, D)
+    start: float  # time.monotonic() when the batch began to be built
 
 
 class Batches:
@@ -76,9 +93,10 @@ class Batches:
         self.deadline: float | None = None  # when the oldest waiting request stops waiting
         self.settle = 0.0  # before then, a small gathering waits for the requests the last batch answered
         self.answered = 0  # requests the last batch answered: once as many wait, the gathering waits no longer
+        self.in_flight: Launched | None = None  # a batch launched on the GPU and not answered yet
 
     def __len__(self) -> int:
-        return len(self.waiting) + len(self.chunks)
+        return len(self.waiting) + len(self.chunks) + (self.in_flight is not None)
 
     def plan_of(self, job: EmbedJob) -> Plan:
         """The plan that runs ``job``: its configuration's, or the encoder's own."""
@@ -92,21 +110,24 @@ class Batches:
         self.waiting.append(job)
 
     def wait(self) -> float | None:
-        """Seconds until a batch is due (0: now), or None if nothing waits."""
-        if self.chunks:
+        """Seconds until a batch is due (0: now, or a batch in flight to answer), or None if nothing waits."""
+        if self.chunks or self.in_flight is not None:
             return 0.0
         if self.waiting and self.deadline is not None:
             return max(0.0, max(self.deadline, self.settle) - time.monotonic())
         return None
 
     def due(self) -> bool:
-        """Whether a batch should run now: one is cut, or enough texts wait, or as many requests wait as the last
-        batch answered (its clients are back: waiting longer would only idle the model), or the first has waited
+        """Whether a batch should run now: one is cut, or requests wait while a batch is in flight (the GPU is busy:
+        launching them now costs no one a wait), or enough texts wait, or as many requests wait as the last batch
+        answered (its clients are back: waiting longer would only idle the model), or the first has waited
         enough."""
         if self.chunks:
             return True
         if not self.waiting:
             return False
+        if self.in_flight is not None:
+            return True
         count = sum(len(job) for job in self.waiting)
         enough = count >= max(self.limits.batch_texts, self.limits.batch_size)
         back = 0 < self.answered <= len(self.waiting)
@@ -114,15 +135,27 @@ class Batches:
 
     def jobs(self) -> list[EmbedJob]:
         """Every request not answered yet."""
-        gathered = {id(job): job for rows in self.chunks for row in rows for job, _ in row.wants}
+        flying = [self.in_flight.rows] if self.in_flight is not None else []
+        gathered = {id(job): job for rows in [*self.chunks, *flying] for row in rows for job, _ in row.wants}
         return self.waiting + list(gathered.values())
 
     def step(self) -> None:
-        """Encode one batch of gathered texts, first gathering the waiting requests if no batch is left."""
+        """Launch one batch of gathered texts (first gathering the waiting requests if no batch is left), then answer
+        the batch in flight before it; a batch that is not in flight on a GPU is answered at once."""
         if not self.chunks:
             self._gather()
-        if self.chunks:
-            self._run(self.chunks.popleft())
+        launched = self._launch(self.chunks.popleft()) if self.chunks else None
+        self.finish()
+        if launched is not None and launched.vectors.pending:
+            self.in_flight = launched
+        elif launched is not None:
+            self._finish(launched)
+
+    def finish(self) -> None:
+        """Answer the batch in flight, if any (waiting for its GPU work)."""
+        launched, self.in_flight = self.in_flight, None
+        if launched is not None:
+            self._finish(launched)
 
     def _gather(self) -> None:
         """Cut the inputs of waiting requests (up to ``batch_texts`` texts, or ``batch_size`` if larger) into
@@ -155,42 +188,57 @@ class Batches:
             group.sort(key=lambda row: -row.job.lengths[row.i])  # stable: ties keep arrival order
             self.chunks.extend(group[i : i + size] for i in range(0, len(group), size))
 
-    def _run(self, rows: Rows) -> None:
+    def _launch(self, rows: Rows) -> Launched | None:
+        """Queue a batch's work; None if nothing of it is left to compute, or if it failed (and is answered)."""
         rows = _keep(rows, lambda job: not job.cancelled and not job.future.done())
         if not rows:
-            return  # every request in it is gone or failed: its texts are not computed
+            return None  # every request in it is gone or failed: its texts are not computed
         start = time.monotonic()
         try:
-            self._answer(rows)
-        finally:
-            # Clients that send one request after another come back moments after their answers: when this
-            # batch answered several, a gathering smaller than a batch waits for them a little (a quarter of
-            # the batch's time, at most 4 x batch_wait_ms), so that concurrent clients share one batch rather
-            # than splitting into two half-full ones that take turns. One client alone never waits for this.
-            # Once as many requests wait as this batch answered, they are all back (or others came in their
-            # place) and the gathering runs at once (see due()): under a steady load the model never idles
-            # through batch_wait_ms for companions who are already there.
-            self.answered = len({id(job) for row in rows for job, _ in row.wants})
-            took = time.monotonic() - start
-            wait = min(took / 4, 4 * self.limits.batch_wait_ms / 1000)
-            self.settle = time.monotonic() + wait if self.answered > 1 else 0.0
-
-    def _answer(self, rows: Rows) -> None:
-        try:
-            vectors = self._encode(rows)
+            return self._queue(rows, start)
         except Exception as err:
-            jobs = list({id(job): job for row in rows for job, _ in row.wants}.values())
-            if len(jobs) == 1:
-                _fail(jobs[0], err)
-                return
-            for job in jobs:  # one request's failure must not fail its batch companions
-                mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
-                try:
-                    self._deliver(mine, self._encode(mine))
-                except Exception as alone:
-                    _fail(job, alone)
+            self._alone(rows, err)
+            self._settle(rows, start)
+            return None
+
+    def _finish(self, launched: Launched) -> None:
+        try:
+            host = launched.vectors.wait().numpy()
+        except Exception as err:
+            self._alone(launched.rows, err)
+        else:
+            self._deliver(launched.rows, {plan.name: host[k] for k, plan in enumerate(launched.plans)})
+        finally:
+            self._settle(launched.rows, launched.start)
+
+    def _settle(self, rows: Rows, start: float) -> None:
+        # Clients that send one request after another come back moments after their answers: when this batch
+        # answered several, a gathering smaller than a batch waits for them a little (a quarter of the batch's
+        # time, at most 4 x batch_wait_ms), so that concurrent clients share one batch rather than splitting into
+        # two half-full ones that take turns. One client alone never waits for this. Once as many requests wait
+        # as this batch answered, they are all back (or others came in their place) and the gathering runs at
+        # once (see due()): under a steady load the model never idles through batch_wait_ms for companions who
+        # are already there.
+        self.answered = len({id(job) for row in rows for job, _ in row.wants})
+        took = time.monotonic() - start
+        wait = min(took / 4, 4 * self.limits.batch_wait_ms / 1000)
+        self.settle = time.monotonic() + wait if self.answered > 1 else 0.0
+
+    def _alone(self, rows: Rows, err: Exception) -> None:
+        """A batch failed with ``err``: fail its one request, or run each request alone, so that one request's failure
+        does not fail its batch companions."""
+        jobs = list({id(job): job for row in rows for job, _ in row.wants}.values())
+        if len(jobs) == 1:
+            _fail(jobs[0], err)
             return
-        self._deliver(rows, vectors)
+        for job in jobs:
+            mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
+            try:
+                launched = self._queue(mine, time.monotonic())
+                host = launched.vectors.wait().numpy()
+                self._deliver(mine, {plan.name: host[k] for k, plan in enumerate(launched.plans)})
+            except Exception as alone:
+                _fail(job, alone)
 
     def _deliver(self, rows: Rows, vectors: dict[str, np.ndarray]) -> None:
         """Give each input wanting a row its plan's vector of that row; a request with all its vectors is answered."""
@@ -207,19 +255,18 @@ class Batches:
                     self.stats["embedding_request_ms"] += round((now - job.arrived) * 1000)
                     job.future.set_result(job.vectors)
 
-    def _encode(self, rows: Rows) -> dict[str, np.ndarray]:
-        """Unit vectors of one batch under each plan its rows want, by plan name, as ``encode(...,
-        normalize_embeddings=True)`` gives them."""
+    def _queue(self, rows: Rows, start: float) -> Launched:
+        """Queue one batch's unit vectors under each plan its rows want, as ``encode(..., normalize_embeddings=True)``
+        gives them, and their copy to the host."""
         plans = list({plan.name: plan for plan in (self.plan_of(job) for row in rows for job, _ in row.wants)}.values())
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(rows)
-        # (plans, B, D) means over text tokens, normalised where they are (a zero vector stays zero) and brought to
-        # the host once. On the host with torch's default thread pool (an engine built by create_app in a program
-        # that keeps it), normalising a batch of 64 took 5-10 ms on a 16-core H200 machine, more than the GPU's
-        # forward of those texts; `nosink serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
+        # (plans, B, D) means over text tokens, normalised where they are (a zero vector stays zero). On the host
+        # with torch's default thread pool (an engine built by create_app in a program that keeps it), normalising a
+        # batch of 64 took 5-10 ms on a 16-core H200 machine, more than the GPU's forward of those texts; `nosink
+        # serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
         out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
-        host = torch.nn.functional.normalize(out, dim=-1).cpu().numpy()
-        return {plan.name: host[k] for k, plan in enumerate(plans)}
+        return Launched(rows, plans, ToHost(torch.nn.functional.normalize(out, dim=-1)), start)
 
 
 def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:

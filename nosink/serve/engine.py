@@ -8,6 +8,10 @@ and the chats are not behind (``lead >= 0``); otherwise a chat step runs. So und
 gets about half of the model's time and neither starves: a 100 ms batch is followed by about 100 ms of
 chat steps, a long prefill by embedding batches until they have had as long. When either side has
 nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
+
+On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
+both are queued on the model's one stream, so their passes still run one after the other, while the host
+builds one and answers the other. A batch in flight is answered before a chat step runs.
 """
 
 import logging
@@ -153,7 +157,10 @@ class Engine:
                     lead = lead if both else 0.0
                     start = time.perf_counter()
                     if self.batches.due() and (lead >= 0 or not chatting):
-                        self.batches.step()
+                        self.batches.step()  # launches a batch, answers the one in flight before it
+                        sign, kind = -1.0, "embedding_ms"
+                    elif self.batches.in_flight is not None:
+                        self.batches.finish()  # nothing to launch behind it: answer it now
                         sign, kind = -1.0, "embedding_ms"
                     elif chatting:
                         with adapters_off(self.adapters):
@@ -175,6 +182,7 @@ class Engine:
         timeout = 0.0 if len(self.chats) else self.batches.wait()
         for item in self.inbox.take(timeout):
             if item is _STOP:
+                self.batches.finish()  # its work is done or nearly: answer it
                 for job in self.batches.jobs():
                     if not job.future.cancel() and not job.future.done():  # already running
                         job.future.set_exception(RuntimeError("the server is shutting down"))

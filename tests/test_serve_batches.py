@@ -1,0 +1,149 @@
+"""The engine's embedding batches in flight: on a GPU a batch is answered after the next one is launched.
+
+On a CPU nothing is ever in flight (a batch's vectors are on the host when it is launched), so the order of
+launches and answers is checked with a stand-in for the copy to the host that stays pending until waited on;
+on CUDA (skipped elsewhere) the real copy, against ``encode()``.
+"""
+
+import typing
+
+import numpy as np
+import pytest
+import torch
+from tiny import tiny_decoder, tiny_tokenizer
+
+import nosink.serve.embedding as embedding
+from nosink import EncoderFromDecoder
+from nosink.models import texts as nosink_texts
+from nosink.serve.engine import _STOP, Engine
+from nosink.serve.jobs import EmbedJob
+from nosink.serve.limits import Limits
+
+TEXTS = ["the cat sat on the mat", "a dog ran in the park", "paris is the capital of france", "i like good food"]
+
+
+class _Pending:
+    """Stands in for a CUDA copy to the host (nosink.models.encoding.ToHost): pending until waited on."""
+
+    log: typing.ClassVar[list] = []
+    pending = True
+
+    def __init__(self, out):
+        self.out = out
+        self.log.append("launch")
+
+    def wait(self):
+        self.log.append("wait")
+        return self.out.cpu()
+
+
+@pytest.fixture
+def encoder():
+    return EncoderFromDecoder.from_model(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
+
+
+def _engine(encoder, **limits):
+    return Engine(encoder, None, encoder.tokenizer, Limits(**limits))
+
+
+def _job(encoder, texts):
+    return EmbedJob(nosink_texts.tokenize(encoder.tokenizer, texts, sink=encoder.sink_ids()))
+
+
+def _encode(encoder, texts):
+    return encoder.encode(texts, normalize_embeddings=True)
+
+
+def test_on_a_gpu_a_batch_is_answered_after_the_next_is_launched(encoder, monkeypatch):
+    monkeypatch.setattr(embedding, "ToHost", _Pending)
+    monkeypatch.setattr(_Pending, "log", [])
+    worker = _engine(encoder, batch_size=2, batch_wait_ms=0)
+    first, second, third = _job(encoder, TEXTS[:2]), _job(encoder, TEXTS[2:4]), _job(encoder, ["a dog"])
+    worker.inbox.put(first)
+    worker._take()
+    assert worker.batches.due()
+    worker.batches.step()
+    assert worker.batches.in_flight is not None and not first.future.done()  # launched, not answered
+    assert worker.batches.wait() == 0.0 and len(worker.batches) == 1  # the engine does not sleep on it
+    worker.inbox.put(second)
+    worker._take()
+    assert worker.batches.due()  # requests wait while a batch is in flight: launch them at once
+    worker.batches.step()  # batch 2 (`second`) launched, then batch 1 answered
+    assert _Pending.log == ["launch", "launch", "wait"] and first.future.done() and not second.future.done()
+    worker.inbox.put(third)
+    worker._take()
+    worker.batches.step()  # batch 3 (`third`), then batch 2 answered
+    assert second.future.done() and not third.future.done()
+    assert not worker.batches.due()  # nothing waits: the engine answers the batch in flight (as _loop does)
+    worker.batches.finish()
+    assert worker.batches.in_flight is None
+    assert _Pending.log == ["launch", "launch", "wait", "launch", "wait", "wait"]
+    for job, texts in ((first, TEXTS[:2]), (second, TEXTS[2:4]), (third, ["a dog"])):
+        np.testing.assert_allclose(job.future.result(), _encode(encoder, texts), atol=1e-5, rtol=0)
+
+
+def test_the_engine_answers_a_batch_in_flight_when_nothing_follows_it_and_at_stop(encoder, monkeypatch):
+    monkeypatch.setattr(embedding, "ToHost", _Pending)
+    worker = _engine(encoder, batch_wait_ms=0)
+    worker.thread.start()
+    try:
+        lone = _job(encoder, ["the cat sat"])
+        worker.submit(lone)  # one request, nothing behind it: the loop must not leave it in flight
+        np.testing.assert_allclose(lone.future.result(timeout=120), _encode(encoder, ["the cat sat"]), atol=1e-5)
+    finally:
+        worker.stop()
+    worker = _engine(encoder, batch_wait_ms=0)
+    job = _job(encoder, ["a dog"])
+    worker.inbox.put(job)
+    worker._take()
+    worker.batches.step()
+    assert not job.future.done()
+    worker.inbox.put(_STOP)  # what stop() hands the engine
+    assert not worker._take()
+    np.testing.assert_allclose(job.future.result(timeout=5), _encode(encoder, ["a dog"]), atol=1e-5)
+
+
+def test_a_batch_that_fails_in_flight_runs_each_request_alone(encoder, monkeypatch):
+    class Broken(_Pending):
+        def wait(self):
+            raise RuntimeError("the device failed")
+
+    monkeypatch.setattr(embedding, "ToHost", Broken)
+    worker = _engine(encoder, batch_wait_ms=0)
+    a, b = _job(encoder, ["the cat"]), _job(encoder, ["a dog ran"])
+    worker.inbox.put(a)
+    worker.inbox.put(b)
+    worker._take()
+    worker.batches.step()
+    worker.batches.finish()  # every copy fails: each request alone fails too, with the error
+    for job in (a, b):
+        with pytest.raises(RuntimeError, match="the device failed"):
+            job.future.result(timeout=5)
+    assert worker.batches.in_flight is None and not worker.batches.jobs()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a batch stays in flight only on a GPU")
+def test_on_cuda_batches_in_flight_answer_what_encode_gives(monkeypatch):
+    model = tiny_decoder("llama", dtype=torch.bfloat16).cuda()
+    gpu = EncoderFromDecoder.from_model(model, "F* | M0B*2", tiny_tokenizer())
+    engine = _engine(gpu, batch_size=4, batch_texts=4, batch_wait_ms=0)
+    flying = []
+    launch = embedding.Batches._launch
+
+    def spy(self, rows):
+        flying.append(self.in_flight is not None)
+        return launch(self, rows)
+
+    monkeypatch.setattr(embedding.Batches, "_launch", spy)
+    texts = [" ".join([TEXTS[i % 4]] * (1 + i % 3)) for i in range(48)]
+    jobs = [_job(gpu, texts[i : i + 2]) for i in range(0, 48, 2)]
+    engine.start()
+    try:
+        for job in jobs:
+            engine.submit(job)
+        got = np.concatenate([job.future.result(timeout=300) for job in jobs])
+    finally:
+        engine.stop()
+    want = gpu.encode(texts, batch_size=4, normalize_embeddings=True)
+    np.testing.assert_allclose(got, want, atol=0.03, rtol=0)  # bfloat16; batch companions differ
+    assert sum(flying) >= 2  # batches were launched while another was in flight
