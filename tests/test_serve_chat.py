@@ -241,6 +241,28 @@ def test_rows_refuse_what_they_cannot_run():
     assert rows.graph_counts() == {"graphs": 0, "captures": 0}  # no graph off a GPU
 
 
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
+)
+def test_a_prefill_of_more_prompts_than_the_kept_buffers_have_rows_grows_them(device):
+    # Seen on an H200 under 8 streaming chats: five chats starting in one step after a prefill of four. On CUDA
+    # copying the old buffers' n rows, n counting the new prompts already, failed (on a CPU an empty copy passes).
+    lm, _ = tiny_lm()
+    lm = lm.to(device)
+    rows = kv.Rows(lm, graphs=False)
+    with torch.inference_mode():
+        rows.prefill([prompt(3, 0)])
+        rows.clear()  # the buffers of the first size are kept, with their few rows
+        have = rows.mask.shape[0]
+        prompts = [prompt(3 + i, i) for i in range(have + 1)]
+        got = rows.prefill(prompts)
+    assert rows.mask.shape[0] > have and len(rows) == len(prompts)
+    with torch.inference_mode():
+        for i, p in enumerate(prompts):  # each prompt's next-token logits as when prefilled alone
+            alone_rows = kv.Rows(lm, graphs=False)
+            torch.testing.assert_close(got[i], alone_rows.prefill([p])[0], atol=1e-5, rtol=1e-4)
+
+
 def test_a_chat_longer_than_the_buffers_grows_them_and_decodes_as_alone():
     lm, tok = tiny_lm()
     first = kv.FIRST_WIDTH
@@ -339,9 +361,13 @@ class _Side:
     def __init__(self, name: str, costs: list[float], clock: _Clock, log: list[str], engine, start: float = 0) -> None:
         self.name, self.costs, self.clock, self.log, self.engine = name, list(costs), clock, log, engine
         self.start = start  # when the work arrives
+        self.in_flight = None  # the embedding side's batch in flight: none here, each unit is done when it ends
 
     def __len__(self) -> int:
         return len(self.costs) if self.clock.now >= self.start else 0
+
+    def finish(self) -> None:
+        pass
 
     def due(self) -> bool:
         return len(self) > 0

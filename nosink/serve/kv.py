@@ -326,10 +326,12 @@ class Rows:
         device = self.layout[0][3]
         values = [torch.zeros_like(k) for k in keys]
         mask = torch.zeros(new_rows, new_width, dtype=torch.bool, device=device)
-        if self.mask is not None:
+        if self.mask is not None and self.end:
+            # n may already count rows the old buffers lack (a prefill sets it first): they hold nothing yet
+            kept = min(self.n, have_rows)
             for new, old in zip(keys + values, self.keys + self.values, strict=True):
-                new[: self.n, :, : self.end] = old[: self.n, :, : self.end]
-            mask[: self.n, : self.end] = self.mask[: self.n, : self.end]
+                new[:kept, :, : self.end] = old[:kept, :, : self.end]
+            mask[:kept, : self.end] = self.mask[:kept, : self.end]
         self._free()
         self.keys, self.values, self.mask = keys, values, mask
         self.column = torch.zeros(1, dtype=torch.long, device=device)
