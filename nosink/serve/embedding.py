@@ -203,11 +203,11 @@ class Batches:
 
     def _finish(self, launched: Launched) -> None:
         try:
-            host = launched.vectors.wait().numpy()
+            vectors = _by_plan(launched)
         except Exception as err:
             self._alone(launched.rows, err)
         else:
-            self._deliver(launched.rows, {plan.name: host[k] for k, plan in enumerate(launched.plans)})
+            self._deliver(launched.rows, vectors)
         finally:
             self._settle(launched.rows, launched.start)
 
@@ -234,9 +234,7 @@ class Batches:
         for job in jobs:
             mine = _keep(rows, lambda other: other is job)  # noqa: B023 (called at once)
             try:
-                launched = self._queue(mine, time.monotonic())
-                host = launched.vectors.wait().numpy()
-                self._deliver(mine, {plan.name: host[k] for k, plan in enumerate(launched.plans)})
+                self._deliver(mine, _by_plan(self._queue(mine, time.monotonic())))
             except Exception as alone:
                 _fail(job, alone)
 
@@ -267,6 +265,12 @@ class Batches:
         # serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
         out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
         return Launched(rows, plans, ToHost(torch.nn.functional.normalize(out, dim=-1)), start)
+
+
+def _by_plan(launched: Launched) -> dict[str, np.ndarray]:
+    """A launched batch's unit vectors on the host, by plan name (waits for its GPU work)."""
+    host = launched.vectors.wait().numpy()
+    return {plan.name: host[k] for k, plan in enumerate(launched.plans)}
 
 
 def _keep(rows: Rows, wanted: Callable[[EmbedJob], bool]) -> Rows:
