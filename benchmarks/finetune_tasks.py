@@ -222,7 +222,10 @@ def main() -> None:
         lora_layers=args.lora_layers, checkpoint_every=50, autocast=args.autocast,
     )  # fmt: skip
     model = str(resolve_model(args.model))
-    payload: dict = {"command": "nice -n 5 python benchmarks/finetune_tasks.py " + " ".join(
+    # The code that runs is the checkout's at the start (a commit made during a long run must not be named).
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    payload: dict = {"command": "python benchmarks/finetune_tasks.py " + " ".join(
         f"--{k.replace('_', '-')}" + ("" if v is True else " " + " ".join(shlex.quote(str(x)) for x in (
             v if isinstance(v, list) else [v])))
         for k, v in vars(args).items() if v not in (None, False)
@@ -234,9 +237,8 @@ def main() -> None:
         result = finetune(model, args.spec, texts, args.out, options, resume=args.resume)
         steps, seconds, train_peak, losses = result.steps, result.seconds, peak_mib(), result.losses
         print(f"trained {steps} steps in {seconds / 60:.1f} min, peak RSS {train_peak:.0f} MiB")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     payload |= {
-        "commit": commit,
+        "commit": commit + (" (with uncommitted changes)" if dirty else ""),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, CPU",
         "task": args.task, "metric": metric, "model": model, "spec": args.spec, "exit_layer": args.exit_layer,
         "training_data": f"{scorer.described} ({len(sentences)} unique)",
