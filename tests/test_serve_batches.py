@@ -13,9 +13,10 @@ import torch
 from tiny import tiny_decoder, tiny_tokenizer
 
 import nosink.serve.embedding as embedding
+import nosink.serve.engine as engine_module
 from nosink import EncoderFromDecoder
 from nosink.models import texts as nosink_texts
-from nosink.serve.engine import _STOP, Engine
+from nosink.serve.engine import _STOP, FAILURES, Engine
 from nosink.serve.jobs import EmbedJob
 from nosink.serve.limits import Limits
 
@@ -147,3 +148,31 @@ def test_on_cuda_batches_in_flight_answer_what_encode_gives(monkeypatch):
     want = gpu.encode(texts, batch_size=4, normalize_embeddings=True)
     np.testing.assert_allclose(got, want, atol=0.03, rtol=0)  # bfloat16; batch companions differ
     assert sum(flying) >= 2  # batches were launched while another was in flight
+
+
+def test_an_error_that_keeps_escaping_the_engine_fails_its_requests_and_the_engine_goes_on(encoder, monkeypatch):
+    calls = []
+
+    def broken(self):
+        calls.append(self)
+        raise RuntimeError("a bug of the engine, not of a request")
+
+    monkeypatch.setattr(embedding.Batches, "step", broken)
+    monkeypatch.setattr(engine_module, "_sleep", lambda seconds: None)
+    worker = _engine(encoder, batch_size=2, batch_wait_ms=0)
+    first = _job(encoder, TEXTS[:2])
+    worker.start()
+    try:
+        worker.submit(first)
+        with pytest.raises(RuntimeError, match="the model engine failed"):
+            first.future.result(timeout=60)
+        assert len(calls) == FAILURES and not worker.batches.jobs()  # failed after FAILURES tries, not retried for ever
+        monkeypatch.setattr(embedding.Batches, "step", _STEP)
+        later = _job(encoder, TEXTS[2:])
+        worker.submit(later)
+        np.testing.assert_allclose(later.future.result(timeout=60), _encode(encoder, TEXTS[2:]), atol=1e-5, rtol=0)
+    finally:
+        worker.stop()
+
+
+_STEP = embedding.Batches.step

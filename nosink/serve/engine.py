@@ -14,6 +14,7 @@ both are queued on the model's one stream, so their passes still run one after t
 builds one and answers the other. A batch in flight is answered before a chat step runs.
 """
 
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -33,6 +34,8 @@ from nosink.serve.limits import ApiError, Limits
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+FAILURES = 3  # unexpected errors in a row after which the engine fails the requests it holds (see Engine._loop)
+_sleep = time.sleep  # bound at import: tests replace this module's `time` with a clock of their own
 
 
 class Inbox:
@@ -146,7 +149,12 @@ class Engine:
     # -- the engine's thread
 
     def _loop(self) -> None:
+        # A request's own failure is handled where it happens (its batch or chat step is retried request by request).
+        # An error that escapes to here is the engine's own: it is logged, the engine waits a little longer after each
+        # one in a row, and after FAILURES in a row it fails every request it holds and starts its lists afresh, so a
+        # fault that repeats can neither spin the thread nor leave clients waiting for ever.
         lead = 0.0  # seconds the chats have had beyond the embeddings (negative: behind); see the module docstring
+        failures = 0  # unexpected errors in a row
         with torch.inference_mode():
             while True:
                 try:
@@ -174,8 +182,28 @@ class Engine:
                     self.stats[kind] += round(took * 1000)
                     if both:
                         lead += sign * took
-                except Exception:  # the engine must outlive any one request
-                    logger.exception("model engine: unexpected error (the engine goes on)")
+                    failures = 0
+                except Exception as err:  # the engine must outlive any one request
+                    failures += 1
+                    logger.exception("model engine: unexpected error %d in a row (the engine goes on)", failures)
+                    if failures >= FAILURES:
+                        self._reset(err)
+                        failures, lead = 0, 0.0
+                    _sleep(min(0.01 * 2 ** (failures - 1), 1.0) if failures else 0.0)
+
+    def _reset(self, err: Exception) -> None:
+        """Fail every request the engine holds (their work keeps failing) and start its work lists afresh."""
+        message = f"the model engine failed ({type(err).__name__}); retry later"
+        for job in self.batches.jobs():
+            try:
+                job.future.set_exception(RuntimeError(message))
+            except concurrent.futures.InvalidStateError:  # answered or cancelled already
+                pass
+        for chat in self.chats.jobs():
+            emit(chat, ("error", message))
+        self.batches = Batches(self.encoder, self.limits, self.stats, self.batches.plans)
+        self.chats = Chats(self.lm, self.tokenizer, self.limits.max_active_chats, self.stats)
+        logger.error("model engine: %d errors in a row; every request it held has failed", FAILURES)
 
     def _take(self) -> bool:
         """Move what is in the inbox into the engine's lists; False once asked to stop."""
