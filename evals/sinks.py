@@ -7,6 +7,7 @@
   with a small sweep over its neighbours (:func:`neighbours`) rather than a full grid.
 - :func:`candidate_specs` and :func:`select_spec`: a second, cheap stage: a few specs read off the
   profile, scored on a small sample of a task's choosing split in one pass, the best one kept.
+- :func:`choose_sink_token`: which first token the model treats as its sink (a BOS token usually, not always).
 - :func:`plot_attention_grid` and :func:`plot_sink_profiles`: the figures.
 
 :func:`attention_maps` cuts the texts to a common length (the shortest text's, at most
@@ -32,20 +33,24 @@ import torch
 
 from nosink.layerspec import Spec, as_spec, presets
 from nosink.models import EncoderFromDecoder
-from nosink.models.texts import check_texts, tokenize
+from nosink.models.texts import check_texts, sink_ids, tokenize
 
 __all__ = [
     "K0_SHARE",
     "MASS_SHARES",
     "LayerSinks",
+    "START_TOKENS",
     "Selection",
+    "SinkChoice",
     "Suggestion",
     "attention_maps",
     "candidate_specs",
+    "choose_sink_token",
     "neighbours",
     "plot_attention_grid",
     "plot_sink_profiles",
     "select_spec",
+    "sink_candidates",
     "sink_profile",
     "suggest_spec",
     "write_profile",
@@ -189,6 +194,76 @@ def sink_profile(
         shares = tuple(float(x) for x in totals[i] / len(rows))
         out.append(LayerSinks(i, step.layer, str(step.kind), step.role, shares, shares[0] >= threshold))
     return out
+
+
+# Special tokens that start a text or a turn: candidates for the sink token beside the tokenizer's BOS and EOS.
+START_TOKENS = ("<|im_start|>", "<start_of_turn>", "<|begin_of_text|>", "<|startoftext|>", "<s>", "<bos>")
+
+
+@dataclass(frozen=True)
+class SinkChoice:
+    """Which first token a model treats as its attention sink (:func:`choose_sink_token`)."""
+
+    sink_token: str  # the value for an encoder's ``sink_token``: ``"auto"`` when the tokenizer's BOS token won
+    masses: dict[str, float]  # each candidate's sink mass: its share of attention, averaged over the layers
+    texts: int  # texts profiled with each candidate
+
+
+def sink_candidates(tokenizer: Any) -> list[str]:
+    """The sink tokens :func:`choose_sink_token` tries: ``"auto"`` if the tokenizer has a BOS token, then those of
+    :data:`START_TOKENS` and the EOS token that the tokenizer has (each once; the BOS token is ``"auto"``)."""
+    bos = getattr(tokenizer, "bos_token", None)
+    out = ["auto"] if bos else []
+    vocab = tokenizer.get_vocab()
+    for token in (*START_TOKENS, getattr(tokenizer, "eos_token", None)):
+        if isinstance(token, str) and token != bos and token in vocab and token not in out:
+            out.append(token)
+    return out
+
+
+def choose_sink_token(
+    encoder: EncoderFromDecoder,
+    texts: Sequence[str],
+    candidates: Sequence[str] | None = None,
+    max_tokens: int = 32,
+) -> SinkChoice:
+    """The candidate first token on which the model puts the most attention: its attention sink.
+
+    MASK0 hides the sink and Token Prepending puts its placeholder after it: both assume that the first token is
+    one. A BOS token usually is, but not always: Qwen2.5-Coder-0.5B gives ``<|endoftext|>`` (the BOS token of its
+    GGUF conversion) 4-24% of its attention in the middle layers and ``<|im_start|>`` 29-56%
+    (``benchmarks/results/prepend/``). Each candidate is put first and the stock model (``F*``, over the same
+    weights) profiled on ``texts`` (:func:`sink_profile`, the first position); a candidate's mass is its share
+    averaged over the layers, and the largest mass wins (on a tie the earlier candidate: ``"auto"`` first).
+
+    Args:
+        encoder: an encoder of the model (its decoder and tokenizer are used; its spec and sink token are not).
+        texts: the texts to profile, each of at least one token.
+        candidates: ``sink_token`` values to try; by default :func:`sink_candidates` of the tokenizer. A value
+            that gives no token (``"auto"`` for a tokenizer without BOS token, ``"none"``) is not tried: the first
+            token of the text would be the sink.
+        max_tokens: at most this many tokens of each text.
+
+    Raises:
+        ValueError: for no texts, no tokenizer, or no candidate (a tokenizer without BOS, EOS or turn-start
+            token: pass ``sink_token`` yourself).
+    """
+    if encoder.tokenizer is None:
+        raise ValueError("choosing a sink token needs the encoder's tokenizer")
+    names = list(dict.fromkeys(candidates)) if candidates is not None else sink_candidates(encoder.tokenizer)
+    names = [name for name in names if sink_ids(encoder.tokenizer, name)]  # "auto" without a BOS token: none
+    if not names:
+        raise ValueError(
+            "no candidate sink token: the tokenizer has no BOS, EOS or turn-start token; pass sink_token yourself"
+        )
+    masses = {}
+    for name in names:
+        probe = EncoderFromDecoder.from_model(encoder.decoder, "F*", encoder.tokenizer, sink_token=name)
+        profile = sink_profile(probe, texts, positions=1, max_tokens=max_tokens)
+        masses[name] = sum(layer.shares[0] for layer in profile) / len(profile)
+    best = max(names, key=lambda name: masses[name])  # the first of equal masses
+    logger.info("sink token %r: attention share %s", best, {k: round(v, 3) for k, v in masses.items()})
+    return SinkChoice(best, masses, len(texts))
 
 
 def write_profile(profile: Sequence[LayerSinks], path: str | Path) -> Path:

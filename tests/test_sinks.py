@@ -10,10 +10,12 @@ from nosink import EncoderFromDecoder, parse_spec
 from nosink.evals.sinks import (
     LayerSinks,
     attention_maps,
+    choose_sink_token,
     neighbours,
     plot_attention_grid,
     plot_sink_profiles,
     profile_ready,
+    sink_candidates,
     sink_profile,
     suggest_spec,
     write_profile,
@@ -47,15 +49,16 @@ def test_the_tool_switches_to_eager_by_itself_and_says_so(caplog):
     assert encoder.parts.attn_implementation == "sdpa"  # switched back
 
 
-def planted_sink_gpt2() -> EncoderFromDecoder:
-    """GPT-2 whose every query attends to any token with id 1 (the BOS used as sink token) in layers 1 and 2."""
+def planted_sink_gpt2(sink_id: int = 1) -> EncoderFromDecoder:
+    """GPT-2 whose every query attends to any token with id ``sink_id`` (1: the BOS token, the default sink token)
+    in layers 1 and 2."""
     config = tf.GPT2Config(vocab_size=96, n_embd=32, n_layer=4, n_head=4, n_positions=64, bos_token_id=1,
                            eos_token_id=2, attn_implementation="eager")  # fmt: skip
     torch.manual_seed(0)
     model = tf.AutoModel.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
         model.wte.weight[:, 0] = 0.0
-        model.wte.weight[1, 0] = 30.0  # only the sink token has dimension 0
+        model.wte.weight[sink_id, 0] = 30.0  # only the sink token has dimension 0
         model.wpe.weight[:, 0] = 0.0
         for i in (1, 2):
             attn = model.h[i].attn.c_attn  # Conv1D: (in, 3 * out) = q | k | v
@@ -275,3 +278,22 @@ def test_a_text_too_short_for_the_positions_is_named():
     assert len(sink_profile(encoder, [TEXTS[0], "the cat"], positions=2)) == 4
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
         sink_profile(encoder, TEXTS, batch_size=0)
+
+
+@pytest.mark.parametrize(("planted", "chosen"), [(1, "auto"), (2, "</s>")])
+def test_the_sink_token_chosen_is_the_first_token_the_model_attends_most(planted, chosen):
+    encoder = planted_sink_gpt2(sink_id=planted)  # the sink planted on the BOS token <s>, or on the EOS token </s>
+    choice = choose_sink_token(encoder, TEXTS)
+    assert choice.sink_token == chosen and set(choice.masses) == {"auto", "</s>"} and choice.texts == len(TEXTS)
+    assert choice.masses[chosen] > 0.45 > 0.3 > min(choice.masses.values())  # layers 1-2 of 4 near 1.0, or none
+    probe = EncoderFromDecoder.from_model(encoder.decoder, "F*", encoder.tokenizer, sink_token="</s>")
+    own = [layer.shares[0] for layer in sink_profile(probe, TEXTS, positions=1)]
+    assert choice.masses["</s>"] == pytest.approx(sum(own) / len(own))  # a mass is its own profile's mean share
+
+
+def test_sink_candidates_and_a_choice_with_nothing_to_choose():
+    assert sink_candidates(tiny_tokenizer()) == ["auto", "</s>"]  # the BOS token is "auto"; then the EOS token
+    encoder = planted_sink_gpt2()
+    assert choose_sink_token(encoder, TEXTS, candidates=["</s>", "none"]).masses.keys() == {"</s>"}
+    with pytest.raises(ValueError, match="no candidate sink token"):
+        choose_sink_token(encoder, TEXTS, candidates=["none"])  # no token: the text's first token would be the sink

@@ -51,6 +51,9 @@ def test_tune_writes_a_folder_that_loads_with_the_choice(tmp_path, model, capsys
     assert all(t["low"] <= t["report"] <= t["high"] for t in report["tried"])
     loaded = EncoderFromDecoder.from_pretrained(out)
     assert str(loaded.spec) == chosen["spec"] and loaded.exit_layer == chosen["exit_layer"]
+    # the sink token is the candidate the model attends most, and the folder keeps it
+    shares = report["sink_attention"]
+    assert report["sink_token"] == max(shares, key=shares.get) == loaded.sink_token and "sink token:" in printed
     assert (loaded.template.name if loaded.template else "instruction") == chosen["template"]
     # the folder's vectors are the ones tune scored: the reported Spearman comes back from them
     from nosink.evals.study.tasks import STSTask
@@ -60,11 +63,20 @@ def test_tune_writes_a_folder_that_loads_with_the_choice(tmp_path, model, capsys
     assert statistic() == pytest.approx(chosen["report"], abs=1e-6)
 
 
+def test_a_given_sink_token_is_kept_and_not_chosen(tmp_path, model):
+    data = _sts_file(tmp_path / "pairs.tsv")
+    result = tune(TuneOptions(str(model), "sts", data, tmp_path / "e", templates=["instruction"], exits=[],
+                              sink_token="</s>", progress=False))  # fmt: skip
+    assert result.sink_choice is None and result.payload["sink_attention"] is None
+    assert result.payload["sink_token"] == "</s>" == EncoderFromDecoder.from_pretrained(tmp_path / "e").sink_token
+
+
 def test_the_budget_is_honoured(tmp_path, model):
     data = _sts_file(tmp_path / "pairs.tsv")
     options = dict(model=str(model), task="sts", data=data, exits=[], progress=False)
     full = tune(TuneOptions(**options, out=tmp_path / "a", templates=["instruction", "PromptEOL", "Echo"]))
-    one = (full.texts_encoded - 16) // 3 + 16 + 5  # one template and the sink profile's 16 texts, not two
+    profiled = 16 + full.sink_choice.texts * len(full.sink_choice.masses)  # the spec profile, the sink choice
+    one = (full.texts_encoded - profiled) // 3 + profiled + 5  # one template and the profiles' texts, not two
     small = tune(TuneOptions(**options, out=tmp_path / "b", templates=["instruction", "PromptEOL", "Echo"], budget=one))
     assert small.texts_encoded <= one < full.texts_encoded
     assert small.skipped == ["PromptEOL", "Echo"] and {t.template for t in small.tried} == {"instruction"}

@@ -60,6 +60,7 @@ class TuneOptions:
     prepends: Sequence[int | None] = (None,)  # Token Prepending depths k (layers 1..k); None: none
     instruction: str | None = None  # before every text without a template (queries only, for retrieval)
     profile_texts: int = 16  # choosing-split texts the sink profile reads
+    sink_token: str | None = None  # None: the token the model attends most (sinks.choose_sink_token); else fixed
     seed: int = 0
     batch_size: int = 32
     max_length: int = 512
@@ -126,6 +127,8 @@ class TuneResult:
         seconds: wall time from loading the data to writing the folder.
         folder: the encoder folder written.
         payload: the JSON written beside it (``tune.json``).
+        sink_token: the folder's sink token (``"auto"``: the tokenizer's BOS token).
+        sink_choice: how it was chosen (each candidate's share of attention); None where it was given.
     """
 
     chosen: Tried
@@ -137,6 +140,8 @@ class TuneResult:
     seconds: float
     folder: Path
     payload: dict[str, Any] = field(default_factory=dict)
+    sink_token: str = "auto"
+    sink_choice: Any = None  # a nosink.evals.sinks.SinkChoice
 
 
 def tune(options: TuneOptions, command: str = "") -> TuneResult:
@@ -154,7 +159,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     """
     import torch
 
-    from nosink.evals.sinks import profile_ready
+    from nosink.evals.sinks import choose_sink_token, profile_ready, sink_candidates
     from nosink.models import EncoderFromDecoder
     from nosink.models.weights import MODELS, model_path
 
@@ -167,13 +172,28 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
         key = "query_instruction" if o.task == "retrieval" else "instruction"
         task = replace(task, **{key: o.instruction})
     model = model_path(o.model) if o.model in MODELS else o.model
-    encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32)
+    fixed = {} if o.sink_token is None else {"sink_token": o.sink_token}
+    encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32, **fixed)
     exits = [max(1, encoder.depth // 2), max(1, 3 * encoder.depth // 4)] if o.exits is None else list(o.exits)
     choose_texts = [" ".join(s.words) for s in task[0]] if o.task == "ner" else task.texts("choose")
     # choosing-split texts only (nothing reported is read), long enough for the profile
     profile_texts = profile_ready(encoder, choose_texts[: 4 * o.profile_texts])[: o.profile_texts]
+    encoded, choice = len(profile_texts), None
+    if o.sink_token is None:  # the first token the model attends most: MASK0 and prepending need a real sink
+        tried_sinks = [encoder.sink_token, *sink_candidates(encoder.tokenizer)]  # its own first: it wins a tie
+        try:
+            choice = choose_sink_token(encoder, profile_texts, tried_sinks)
+        except ValueError as err:  # no candidate gives a token: the model's first text token is its sink
+            logger.warning("no sink token to choose (%s); tuning without one", err)
+        if choice is not None:
+            encoded += choice.texts * len(choice.masses)
+        if choice is not None and choice.sink_token != encoder.sink_token:
+            encoder = EncoderFromDecoder.from_model(
+                encoder.decoder, "F*", encoder.tokenizer, sink_token=choice.sink_token
+            )
+            profile_texts = profile_ready(encoder, choose_texts[: 4 * o.profile_texts])[: o.profile_texts]
     candidates = _candidates(encoder, o, profile_texts)
-    tried, skipped, encoded = [], [], len(profile_texts)
+    tried, skipped = [], []
     for i, depth in enumerate(o.prepends):
         runner = encoder if depth is None else _prepending(encoder, depth)
         first = i == 0  # a budget too small for the first pass is an error; later passes are left out
@@ -200,6 +220,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
         template=template, prepend=chosen.prepend,
     ).save_pretrained(o.out)  # fmt: skip
     result = TuneResult(chosen, baseline, best, tried, skipped, encoded, time.perf_counter() - start, o.out)
+    result.sink_token, result.sink_choice = sink, choice
     result.payload = _payload(result, o, command, encoder.depth, model)
     write_json(o.out / REPORT_FILE, result.payload)
     return result
@@ -345,6 +366,10 @@ def _payload(result: TuneResult, o: TuneOptions, command: str, depth: int, model
         "chosen_minus_F*": {"delta": versus.delta.estimate, "low": versus.delta.low, "high": versus.delta.high,
                             "p_value": versus.p_value},
         "tried": [t.row(o.seed) for t in result.tried], "skipped_templates": result.skipped,
+        "sink_token": result.sink_token,
+        "sink_attention": None if result.sink_choice is None else {
+            k: round(v, 4) for k, v in result.sink_choice.masses.items()
+        },
         "texts_encoded": result.texts_encoded, "budget": o.budget, "minutes": o.minutes,
         "seconds": round(result.seconds, 1),
     }  # fmt: skip

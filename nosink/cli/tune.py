@@ -73,6 +73,11 @@ def _arguments(p: Parser) -> None:
         help="an instruction before each text without a template (queries only, "
         "for retrieval); encode() needs it again, the folder does not hold it",
     )
+    p.add_argument(
+        "--sink-token",
+        help="the token put first (default: of the tokenizer's BOS, turn-start and EOS tokens, the one the model "
+        "attends most; 'auto': the BOS token)",
+    )
     p.add_argument("--seed", type=count_arg(0), default=0, help="the seed of the splits")
     p.add_argument("--batch-size", type=count_arg(), default=32)
     p.add_argument("--max-length", type=count_arg(), default=512)
@@ -85,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     options = TuneOptions(
         model=args.model, task=args.task, data=args.data, out=args.out, budget=args.budget, minutes=args.minutes,
         templates=args.templates, exits=args.exits, instruction=args.instruction, seed=args.seed,
-        prepends=[k or None for k in dict.fromkeys(args.prepends)],
+        prepends=[k or None for k in dict.fromkeys(args.prepends)], sink_token=args.sink_token,
         batch_size=args.batch_size, max_length=args.max_length, progress=args.progress,
     )  # fmt: skip
     result = tune(options, command="nosink " + " ".join(args.argv))
@@ -100,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"{p['task']} on {args.data}: {len(result.tried)} configurations, {p['texts_encoded']} texts encoded, "
           f"{p['seconds']:.0f} s")  # fmt: skip
+    shares = p["sink_attention"]
+    if shares:
+        said = ", ".join(f"{token} {share:.2f}" for token, share in shares.items())
+        print(f"sink token: {p['sink_token']} (attention share, mean over layers: {said})")
     print(line("chosen", p["chosen"]))
     print(line("F*", p["F*"]))
     print(line("best reported", p["best_reported"]))
