@@ -291,6 +291,13 @@ def test_the_sink_token_chosen_is_the_first_token_the_model_attends_most(planted
     assert choice.masses["</s>"] == pytest.approx(sum(own) / len(own))  # a mass is its own profile's mean share
 
 
+def test_an_earlier_candidate_within_the_tolerance_wins():
+    encoder = planted_sink_gpt2(sink_id=2)  # </s> is the sink: far above <s> ("auto")
+    assert choose_sink_token(encoder, TEXTS).sink_token == "</s>"
+    assert choose_sink_token(encoder, TEXTS, tolerance=1.0).sink_token == "auto"  # any mass is within 1.0
+    assert choose_sink_token(encoder, TEXTS, ["</s>", "auto"], tolerance=1.0).sink_token == "</s>"
+
+
 def test_sink_candidates_and_a_choice_with_nothing_to_choose():
     assert sink_candidates(tiny_tokenizer()) == ["auto", "</s>"]  # the BOS token is "auto"; then the EOS token
     encoder = planted_sink_gpt2()

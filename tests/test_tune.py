@@ -51,9 +51,10 @@ def test_tune_writes_a_folder_that_loads_with_the_choice(tmp_path, model, capsys
     assert all(t["low"] <= t["report"] <= t["high"] for t in report["tried"])
     loaded = EncoderFromDecoder.from_pretrained(out)
     assert str(loaded.spec) == chosen["spec"] and loaded.exit_layer == chosen["exit_layer"]
-    # the sink token is the candidate the model attends most, and the folder keeps it
+    # the sink token is the first candidate within 0.02 of the largest share of attention; the folder keeps it
     shares = report["sink_attention"]
-    assert report["sink_token"] == max(shares, key=shares.get) == loaded.sink_token and "sink token:" in printed
+    first = next(token for token, share in shares.items() if share >= max(shares.values()) - 0.02)
+    assert report["sink_token"] == first == loaded.sink_token and "sink token:" in printed
     assert (loaded.template.name if loaded.template else "instruction") == chosen["template"]
     # the folder's vectors are the ones tune scored: the reported Spearman comes back from them
     from nosink.evals.study.tasks import STSTask
