@@ -467,6 +467,6 @@ class TextEncoding:
             raise ValueError(
                 f"Token Prepending (prepend={self.prepend}) puts its placeholder right after the sink token, and "
                 f"sink_token={self.sink_token!r} gives none here (this tokenizer has no BOS token): pass a "
-                f"sink token{hint}"
+                f"sink token{hint}; nosink.evals.sinks.choose_sink_token finds the one the model attends most"
             )
         return ids + ids
