@@ -833,9 +833,11 @@ def test_a_disconnected_stream_stops_its_generation(server):
     conn.sock.shutdown(2)
     conn.close()
     deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
-    while health()["dropped"] == before and time.monotonic() < deadline:
-        time.sleep(0.05)
     after = health()
+    # /health reads the queue and the counters one after the other, while the engine updates them: wait for both
+    while not (after["dropped"] == before + 1 and after["waiting"] == 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = health()
     assert after["dropped"] == before + 1 and after["waiting"] == 0
 
 

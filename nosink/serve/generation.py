@@ -70,12 +70,11 @@ class Chats:
     def _drop_cancelled(self) -> None:
         """Chats whose clients are gone leave before their next forward."""
         waiting = [c for c in self.waiting if not c.cancelled]
-        self.stats["dropped"] += len(self.waiting) - len(waiting)
-        self.waiting = waiting
+        dropped, self.waiting = len(self.waiting) - len(waiting), waiting
         gone = [c for c in self.active if c.cancelled]
         if gone:
-            self.stats["dropped"] += len(gone)
             self._keep([c for c in self.active if not c.cancelled])
+        self.stats["dropped"] += dropped + len(gone)  # counted once they are out of the lists
 
     def _decode(self) -> None:
         """Feed every active chat its last token in one forward and take each one's next token."""
