@@ -72,6 +72,13 @@ def test_a_given_sink_token_is_kept_and_not_chosen(tmp_path, model):
     assert result.payload["sink_token"] == "</s>" == EncoderFromDecoder.from_pretrained(tmp_path / "e").sink_token
 
 
+def test_without_the_no_template_pass_the_baseline_is_f_star_in_the_first_template(tmp_path, model):
+    data = _sts_file(tmp_path / "pairs.tsv")
+    result = tune(TuneOptions(str(model), "sts", data, tmp_path / "p", templates=["PromptEOL"], exits=[],
+                              progress=False))  # fmt: skip
+    assert result.baseline.template == "PromptEOL" and result.payload["F*"]["spec"] == "F*"
+
+
 def test_the_budget_is_honoured(tmp_path, model):
     data = _sts_file(tmp_path / "pairs.tsv")
     options = dict(model=str(model), task="sts", data=data, exits=[], progress=False)

@@ -119,7 +119,8 @@ class TuneResult:
 
     Attributes:
         chosen: the configuration with the best choosing score.
-        baseline: ``F*`` without a template (mean pooling): the unconverted model.
+        baseline: ``F*`` without a template (mean pooling): the unconverted model; where no configuration without a
+            template was tried, ``F*`` in the first template tried.
         best_reported: the configuration with the best reporting score (read only, never chosen by it).
         tried: every configuration scored on both splits.
         skipped: templates left out to keep within the budget or the minutes.
@@ -206,11 +207,9 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
         encoded += cost
     reported = [t for t in tried if t.scored.report is not None]
     chosen = max(reported, key=lambda t: t.choose)  # the first of equal scores
-    baseline = next(
-        t
-        for t in reported
-        if t.template == NO_TEMPLATE and t.prepend is None and t.scored.candidate == Candidate("F*", "F*")
-    )
+    # F* without a template; where that was not tried (--templates without "instruction"), F* in the first template
+    stock = [t for t in reported if t.prepend is None and t.scored.candidate == Candidate("F*", "F*")]
+    baseline = next((t for t in stock if t.template == NO_TEMPLATE), stock[0])
     best = max(reported, key=lambda t: t.scored.report())  # type: ignore[misc]
     c = chosen.scored.candidate
     template = None if chosen.template == NO_TEMPLATE else chosen.template
