@@ -160,7 +160,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     """
     import torch
 
-    from nosink.evals.sinks import choose_sink_token, profile_ready, sink_candidates
+    from nosink.evals.sinks import profile_ready
     from nosink.models import EncoderFromDecoder
     from nosink.models.weights import MODELS, model_path
 
@@ -179,16 +179,11 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     choose_texts = [" ".join(s.words) for s in task[0]] if o.task == "ner" else task.texts("choose")
     # choosing-split texts only (nothing reported is read), long enough for the profile
     profile_texts = profile_ready(encoder, choose_texts[: 4 * o.profile_texts])[: o.profile_texts]
-    encoded, choice = len(profile_texts), None
-    if o.sink_token is None:  # the first token the model attends most: MASK0 and prepending need a real sink
-        tried_sinks = [encoder.sink_token, *sink_candidates(encoder.tokenizer)]  # its own first: it wins a tie
-        try:
-            choice = choose_sink_token(encoder, profile_texts, tried_sinks)
-        except ValueError as err:  # no candidate gives a token: the model's first text token is its sink
-            logger.warning("no sink token to choose (%s); tuning without one", err)
-        if choice is not None:
-            encoded += choice.texts * len(choice.masses)
-        if choice is not None and choice.sink_token != encoder.sink_token:
+    encoded = len(profile_texts)
+    choice = _choose_sink(encoder, profile_texts) if o.sink_token is None else None
+    if choice is not None:
+        encoded += choice.texts * len(choice.masses)
+        if choice.sink_token != encoder.sink_token:
             encoder = EncoderFromDecoder.from_model(
                 encoder.decoder, "F*", encoder.tokenizer, sink_token=choice.sink_token
             )
@@ -223,6 +218,18 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     result.payload = _payload(result, o, command, encoder.depth, model)
     write_json(o.out / REPORT_FILE, result.payload)
     return result
+
+
+def _choose_sink(encoder: Any, texts: Sequence[str]) -> Any:
+    """The sink token the model attends most (MASK0 and prepending need a real sink), the encoder's own first so that
+    it wins a tie; None where no candidate gives a token (the model's first text token is then its sink)."""
+    from nosink.evals.sinks import choose_sink_token, sink_candidates
+
+    try:
+        return choose_sink_token(encoder, texts, [encoder.sink_token, *sink_candidates(encoder.tokenizer)])
+    except ValueError as err:
+        logger.warning("no sink token to choose (%s); tuning without one", err)
+        return None
 
 
 def _prepend_sink(encoder: Any) -> str:

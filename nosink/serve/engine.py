@@ -93,8 +93,8 @@ class Engine:
         # embedding_ms and chat_ms: busy_ms split between embedding batches and chat steps (chat_steps of them)
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0, "busy_ms": 0}
         self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
-        self.batches = Batches(encoder, limits, self.stats, plans)
-        self.chats = Chats(lm, tokenizer, limits.max_active_chats, self.stats)
+        self.plans = dict(plans or {})
+        self.batches, self.chats = self._new_work()
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
@@ -201,9 +201,15 @@ class Engine:
                 pass
         for chat in self.chats.jobs():
             emit(chat, ("error", message))
-        self.batches = Batches(self.encoder, self.limits, self.stats, self.batches.plans)
-        self.chats = Chats(self.lm, self.tokenizer, self.limits.max_active_chats, self.stats)
+        self.batches, self.chats = self._new_work()
         logger.error("model engine: %d errors in a row; every request it held has failed", FAILURES)
+
+    def _new_work(self) -> tuple[Batches, Chats]:
+        """Empty lists of embedding batches and chats (at the start, and after :meth:`_reset`)."""
+        return (
+            Batches(self.encoder, self.limits, self.stats, self.plans),
+            Chats(self.lm, self.tokenizer, self.limits.max_active_chats, self.stats),
+        )
 
     def _take(self) -> bool:
         """Move what is in the inbox into the engine's lists; False once asked to stop."""
