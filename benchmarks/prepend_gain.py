@@ -13,6 +13,19 @@ without prepending runs through a second encoder over the same weights.
     python benchmarks/prepend_gain.py --task banking77 --data ../shared/data/banking77 --spec "F* | B*13 | M0B*2" \
         --template PromptEOL --n-train 770 --n-test 770 --depths 1 2 4 --json out.json
 
+NER (``--task ner``, ``--data`` the CoNLL-2003 folder): the study's probe protocol (linear probes on the first
+``--n-train`` training sentences with seeds 0, 1 and 2; the first ``--n-test`` dev sentences cut in seeded halves),
+the depth chosen on the choosing half, the gain reported on the other, sentences as units. The encoder that
+prepends gets one more token (``max_length`` 33 against 32) so that both read the same words.
+Retrieval (``--task scifact|nfcorpus``, ``--data`` the BEIR folder): the test queries in seeded halves, the depth
+chosen on the first, nDCG@10 (mteb's metric code) reported on the second; the full corpus, or the study's quick
+mode with ``--queries``, ``--other-docs`` and ``--doc-words``.
+
+    python benchmarks/prepend_gain.py --task ner --data ../shared/data/conll2003 --spec "F* | B*11 | M0B*4" \
+        --exit-layer 20 --depths 1 2 4 --json out.json
+    python benchmarks/prepend_gain.py --task scifact --data ../shared/data/scifact --spec "F* | B*13 | M0B*2" \
+        --queries 60 --other-docs 90 --doc-words 64 --depths 1 2 4 --json out.json
+
 Prints one line per depth (dev score), then the chosen depth's test score beside the same configuration
 without prepending and the paired difference.
 """
@@ -31,6 +44,9 @@ TASKS = {
     "sts": ("STSBenchmark", None, None),
     "banking77": ("Banking77Classification", 770, 770),
     "emotion": ("EmotionClassification", 500, 500),
+    "ner": ("CoNLL-2003", 600, 600),  # the study's sentences: the first 600 train and dev sentences
+    "scifact": ("SciFact", None, None),
+    "nfcorpus": ("NFCorpus", None, None),
 }
 
 
@@ -39,8 +55,11 @@ def main() -> None:
     p.add_argument("--model", default="demo", help="a decoder folder, hub id or short name")
     p.add_argument("--task", choices=sorted(TASKS), default="sts")
     p.add_argument("--data", required=True, help="the task's folder (STS-B: sts-dev.csv, sts-test.csv)")
-    p.add_argument("--n-train", type=int, default=None, help="classification: training items (default: the study's)")
-    p.add_argument("--n-test", type=int, default=None, help="classification: test items (default: the study's)")
+    p.add_argument("--n-train", type=int, default=None, help="classification, NER: training items")
+    p.add_argument("--n-test", type=int, default=None, help="classification: test items; NER: dev sentences")
+    p.add_argument("--queries", type=int, default=None, help="retrieval quick mode: a seeded sample of test queries")
+    p.add_argument("--other-docs", type=int, default=None, help="retrieval quick mode: unjudged documents kept")
+    p.add_argument("--doc-words", type=int, default=None, help="retrieval quick mode: documents cut to these words")
     p.add_argument("--spec", default="F*")
     p.add_argument("--template", default=None, help="a preset's name (none: the paper's instruction, mean pooling)")
     p.add_argument("--pooling", default=None, help="default: last with a template, mean without")
@@ -55,16 +74,8 @@ def main() -> None:
 
     from nosink import EncoderFromDecoder
     from nosink.evals import stats
-    from nosink.evals.study.loaders import load_classification, load_sts
     from nosink.models.weights import MODELS, model_path
 
-    if args.task == "sts":
-        task = load_sts(args.data, args.choose, args.report)
-    else:
-        name, n_train, n_test = TASKS[args.task]
-        task = load_classification(name, args.data, args.n_train or n_train, args.n_test or n_test)
-    pooling = args.pooling or ("last" if args.template else "mean")
-    instruction = None if args.template else task.instruction
     model = model_path(args.model) if args.model in MODELS else args.model
     plain = EncoderFromDecoder.from_pretrained(model, args.spec, exit_layer=args.exit_layer, sink_token=args.sink_token)
     tp = EncoderFromDecoder.from_model(
@@ -72,14 +83,69 @@ def main() -> None:
         prepend=args.depths[0],
     )  # fmt: skip
     seconds: dict[str, float] = {}
+    pooling = args.pooling or ("last" if args.template else "mean")
+    if args.task == "ner":
+        name, scores, base_dev, best, with_tp, without = ner_gain(args, plain, seconds)
+    else:
+        name, scores, base_dev, best, with_tp, without = vector_gain(args, plain, tp, pooling, seconds)
+    gain = stats.compare(with_tp, without)
+    chosen = tp.plan_for(args.spec, prepend=best)
+    ci_with, ci_without = stats.bootstrap_ci(with_tp), stats.bootstrap_ci(without)
+    print(f"test ({with_tp.n} units): {plain.plan.name}: {ci_without.estimate:.4f} "
+          f"[{ci_without.low:.4f}, {ci_without.high:.4f}]")  # fmt: skip
+    print(f"test: {chosen.name}: {ci_with.estimate:.4f} [{ci_with.low:.4f}, {ci_with.high:.4f}]")
+    print(f"gain: {gain.delta.estimate:+.4f} [{gain.delta.low:+.4f}, {gain.delta.high:+.4f}], p = {gain.p_value:.3f}")
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
+    if args.json:
+        args.json.write_text(json.dumps({
+            "model": Path(str(model)).name, "spec": args.spec, "template": args.template, "pooling": pooling,
+            "task": name, "exit_layer": args.exit_layer, "sink_token": args.sink_token,
+            "test_units": with_tp.n, "dev_without": base_dev, "dev_by_depth": scores, "chosen_depth": best,
+            "test_without": [ci_without.estimate, ci_without.low, ci_without.high],
+            "test_with": [ci_with.estimate, ci_with.low, ci_with.high],
+            "gain": [gain.delta.estimate, gain.delta.low, gain.delta.high], "p_value": gain.p_value,
+            "seconds": seconds,
+        }, indent=2) + "\n")  # fmt: skip
+
+
+def _print_choice(name: str, base_dev: float, scores: dict[int, float]) -> int:
+    print(f"{name}, choosing: without {base_dev:.4f}")
+    for k, score in scores.items():
+        print(f"choosing: prepend 1..{k}: {score:.4f} ({score - base_dev:+.4f})")
+    return max(scores, key=scores.get)  # type: ignore[arg-type]
+
+
+def vector_gain(args, plain, tp, pooling, seconds):
+    """STS, classification, retrieval: each depth's choosing score, the chosen depth, both reporting statistics."""
+    from nosink.evals.study.loaders import load_classification, load_retrieval, load_sts
+
+    name, n_train, n_test = TASKS[args.task]
+    if args.task == "sts":
+        task = load_sts(args.data, args.choose, args.report)
+    elif args.task in ("scifact", "nfcorpus"):
+        task = load_retrieval(name, args.data, args.queries, args.other_docs, doc_words=args.doc_words)
+        print(f"{name}: {len(task.choose)} + {len(task.report)} queries, {len(task.corpus):,} documents"
+              f"{'; quick mode: ' + task.quick if task.quick else ' (the full corpus)'}")  # fmt: skip
+    else:
+        task = load_classification(name, args.data, args.n_train or n_train, args.n_test or n_test)
+    instruction = None if args.template else task.instruction
+    tables: dict[str, dict[str, np.ndarray]] = {}
 
     def vectors(encoder, plans, texts, label):
-        start = time.perf_counter()
-        out = encoder.encode_specs(
-            plans, texts, instruction, template=args.template, pooling=pooling, batch_size=args.batch_size
-        )
-        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
-        return {name: dict(zip(texts, v, strict=True)) for name, v in out.items()}
+        """Each plan's vectors of ``texts``, encoding only those no earlier call of the same plan encoded."""
+        todo = [t for t in dict.fromkeys(texts) if any(t not in tables.get(p.name, {}) for p in plans)]
+        groups: dict[str | None, list[str]] = {}  # retrieval: queries get the instruction, documents none
+        for t in todo:
+            groups.setdefault(instruction(t) if callable(instruction) else instruction, []).append(t)
+        for said, group in groups.items():
+            start = time.perf_counter()
+            out = encoder.encode_specs(
+                plans, group, said, template=args.template, pooling=pooling, batch_size=args.batch_size
+            )
+            seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
+            for plan_name, v in out.items():
+                tables.setdefault(plan_name, {}).update(zip(group, v, strict=True))
+        return {p.name: tables[p.name] for p in plans}
 
     def lookup(table):
         return lambda ts: np.stack([table[t] for t in ts])
@@ -90,31 +156,46 @@ def main() -> None:
     dev_plain = vectors(plain, [plain.plan], choose_texts, "plain, dev")[plain.plan.name]
     scores = {k: task.choose_score(lookup(dev[plan.name])) for k, plan in zip(args.depths, plans, strict=True)}
     base_dev = task.choose_score(lookup(dev_plain))
-    print(f"{task.name}, choosing: without {base_dev:.4f}")
-    for k, score in scores.items():
-        print(f"choosing: prepend 1..{k}: {score:.4f} ({score - base_dev:+.4f})")
-    best = max(scores, key=scores.get)  # type: ignore[arg-type]
+    best = _print_choice(task.name, base_dev, scores)
     chosen = tp.plan_for(args.spec, prepend=best)
     test = vectors(tp, [chosen], report_texts, "prepend, test")[chosen.name]
     test_plain = vectors(plain, [plain.plan], report_texts, "plain, test")[plain.plan.name]
     with_tp, without = task.report_statistic(lookup(test)), task.report_statistic(lookup(test_plain))
-    gain = stats.compare(with_tp, without)
-    ci_with, ci_without = stats.bootstrap_ci(with_tp), stats.bootstrap_ci(without)
-    print(f"test ({with_tp.n} units): {plain.plan.name}: {ci_without.estimate:.4f} "
-          f"[{ci_without.low:.4f}, {ci_without.high:.4f}]")  # fmt: skip
-    print(f"test: {chosen.name}: {ci_with.estimate:.4f} [{ci_with.low:.4f}, {ci_with.high:.4f}]")
-    print(f"gain: {gain.delta.estimate:+.4f} [{gain.delta.low:+.4f}, {gain.delta.high:+.4f}], p = {gain.p_value:.3f}")
-    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
-    if args.json:
-        args.json.write_text(json.dumps({
-            "model": Path(str(model)).name, "spec": args.spec, "template": args.template, "pooling": pooling,
-            "task": task.name, "exit_layer": args.exit_layer, "sink_token": args.sink_token,
-            "test_units": with_tp.n, "dev_without": base_dev, "dev_by_depth": scores, "chosen_depth": best,
-            "test_without": [ci_without.estimate, ci_without.low, ci_without.high],
-            "test_with": [ci_with.estimate, ci_with.low, ci_with.high],
-            "gain": [gain.delta.estimate, gain.delta.low, gain.delta.high], "p_value": gain.p_value,
-            "seconds": seconds,
-        }, indent=2) + "\n")  # fmt: skip
+    return task.name, scores, base_dev, best, with_tp, without
+
+
+def ner_gain(args, plain, seconds):
+    """NER: the study's probes (three seeds, dev in seeded halves) without prepending and at each depth."""
+    from dataclasses import replace
+
+    from nosink import EncoderFromDecoder
+    from nosink.evals.ner import NERConfig, load_conll
+    from nosink.evals.study.candidates import Candidate
+    from nosink.evals.study.ner import ner_study
+
+    _, n_train, n_dev = TASKS["ner"]
+    train = load_conll(args.data, "train")[: args.n_train or n_train]
+    dev = load_conll(args.data, "dev")[: args.n_test or n_dev]
+    print(f"CoNLL-2003: {len(train)} training sentences, {len(dev)} dev sentences in halves")
+    candidate = Candidate("F*", args.spec, args.exit_layer)
+    config = NERConfig()
+    start = time.perf_counter()
+    without = ner_study(plain, train, dev, [candidate], config=config)
+    seconds["plain"] = time.perf_counter() - start
+    studies = {}
+    for k in args.depths:  # one encoder a depth: plans of different depths share a batch, ner_study takes specs
+        tp = EncoderFromDecoder.from_model(
+            plain.decoder, args.spec, plain.tokenizer, exit_layer=args.exit_layer, sink_token=args.sink_token,
+            prepend=k,
+        )  # fmt: skip
+        start = time.perf_counter()
+        # one more token for the placeholder, so that both encoders read the same words
+        studies[k] = ner_study(tp, train, dev, [candidate], config=replace(config, max_length=config.max_length + 1))
+        seconds[f"prepend {k}"] = time.perf_counter() - start
+    scores = {k: s.choose[candidate] for k, s in studies.items()}
+    best = _print_choice("CoNLL-2003 NER", without.choose[candidate], scores)
+    with_tp, plain_report = studies[best].report[candidate], without.report[candidate]
+    return "CoNLL-2003 NER", scores, without.choose[candidate], best, with_tp, plain_report
 
 
 if __name__ == "__main__":

@@ -95,6 +95,8 @@ def main() -> None:
                 "best": f"{best['template']} / {best['name']}", "best_report": best["report"],
                 "F*_report": base["report"], "gap_points": round(100 * gap, 2), "within_1_point": gap <= 0.01,
                 "tried": len(payload["tried"]), "minutes": round((time.perf_counter() - start) / 60, 1),
+                "chosen_prepend": chosen.get("prepend"), "best_prepend": best.get("prepend"),
+                "sink_token": payload.get("sink_token"), "sink_attention": payload.get("sink_attention"),
             }  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)

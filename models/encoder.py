@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from .texts import Template
 __all__ = ["EncoderFromDecoder", "EncoderOutput", "shared_prefix"]
 
 logger = logging.getLogger(__name__)
+
+_EAGER_WARNED: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # decoders already warned about eager attention
 
 
 def shared_prefix(plans: Sequence[Plan], start: int = 0) -> int:
@@ -326,14 +329,16 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
         """The attention weights of every layer step of the plan, in order: ``(step, (B, H, T, T))``.
 
         Weights exist only on transformers' eager attention path; when the decoder runs on another
-        backend, this call runs its layers on eager attention and says so in a log warning. It changes
+        backend, this call runs its layers on eager attention and says so in a log warning (once per decoder:
+        encoders that share a decoder, as a sink-token search builds, warn once). It changes
         nothing shared (no hooks, no config switch), so it is safe to call while other threads run
         :meth:`encode` or this method on the same encoder.
 
         Raises:
             ValueError: as for :meth:`forward`.
         """
-        if self.parts.attn_implementation != "eager":
+        if self.parts.attn_implementation != "eager" and self.decoder not in _EAGER_WARNED:
+            _EAGER_WARNED.add(self.decoder)
             logger.warning(
                 "attention weights need eager attention: running this call with attn_implementation='eager' "
                 "instead of %r",

@@ -47,6 +47,10 @@ def test_the_tool_switches_to_eager_by_itself_and_says_so(caplog):
         attention_maps(encoder, TEXTS)
     assert "attention weights need eager attention" in caplog.text
     assert encoder.parts.attn_implementation == "sdpa"  # switched back
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # once per decoder: another encoder over it (a sink-token search) is quiet
+        attention_maps(EncoderFromDecoder.from_model(encoder.decoder, "F*", encoder.tokenizer), TEXTS)
+    assert "eager attention" not in caplog.text
 
 
 def planted_sink_gpt2(sink_id: int = 1) -> EncoderFromDecoder:
