@@ -35,9 +35,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
-
-import numpy as np
 
 # Classification tasks: the study's task name and its default sample sizes (docs/results/study.md).
 TASKS = {
@@ -78,18 +77,22 @@ def main() -> None:
 
     model = model_path(args.model) if args.model in MODELS else args.model
     plain = EncoderFromDecoder.from_pretrained(model, args.spec, exit_layer=args.exit_layer, sink_token=args.sink_token)
-    tp = EncoderFromDecoder.from_model(
-        plain.decoder, args.spec, plain.tokenizer, exit_layer=args.exit_layer, sink_token=args.sink_token,
-        prepend=args.depths[0],
-    )  # fmt: skip
+
+    def prepending(depth: int | None) -> EncoderFromDecoder:
+        """The configuration's encoder over the same weights, prepending before layers 1..depth (None: ``plain``)."""
+        if depth is None:
+            return plain
+        return EncoderFromDecoder.from_model(
+            plain.decoder, args.spec, plain.tokenizer, exit_layer=args.exit_layer, sink_token=args.sink_token,
+            prepend=depth,
+        )  # fmt: skip
+
     seconds: dict[str, float] = {}
     pooling = args.pooling or ("last" if args.template else "mean")
-    if args.task == "ner":
-        name, scores, base_dev, best, with_tp, without = ner_gain(args, plain, seconds)
-    else:
-        name, scores, base_dev, best, with_tp, without = vector_gain(args, plain, tp, pooling, seconds)
+    gain_of = ner_gain if args.task == "ner" else partial(vector_gain, pooling=pooling)
+    name, scores, base_dev, best, with_tp, without = gain_of(args, prepending, seconds)
     gain = stats.compare(with_tp, without)
-    chosen = tp.plan_for(args.spec, prepend=best)
+    chosen = prepending(best).plan
     ci_with, ci_without = stats.bootstrap_ci(with_tp), stats.bootstrap_ci(without)
     print(f"test ({with_tp.n} units): {plain.plan.name}: {ci_without.estimate:.4f} "
           f"[{ci_without.low:.4f}, {ci_without.high:.4f}]")  # fmt: skip
@@ -115,8 +118,10 @@ def _print_choice(name: str, base_dev: float, scores: dict[int, float]) -> int:
     return max(scores, key=scores.get)  # type: ignore[arg-type]
 
 
-def vector_gain(args, plain, tp, pooling, seconds):
+def vector_gain(args, prepending, seconds, pooling):
     """STS, classification, retrieval: each depth's choosing score, the chosen depth, both reporting statistics."""
+    from nosink.evals.study.cache import EmbeddingCache
+    from nosink.evals.study.candidates import Candidate
     from nosink.evals.study.loaders import load_classification, load_retrieval, load_sts
 
     name, n_train, n_test = TASKS[args.task]
@@ -129,46 +134,27 @@ def vector_gain(args, plain, tp, pooling, seconds):
     else:
         task = load_classification(name, args.data, args.n_train or n_train, args.n_test or n_test)
     instruction = None if args.template else task.instruction
-    tables: dict[str, dict[str, np.ndarray]] = {}
+    # one cache of vectors per encoder (each text encoded once per configuration; retrieval's corpus serves both halves)
+    caches = {k: EmbeddingCache(prepending(k), args.template, instruction, args.batch_size, pooling=pooling)
+              for k in [None, *args.depths]}  # fmt: skip
+    candidate = Candidate("F*", args.spec, args.exit_layer)
 
-    def vectors(encoder, plans, texts, label):
-        """Each plan's vectors of ``texts``, encoding only those no earlier call of the same plan encoded."""
-        todo = [t for t in dict.fromkeys(texts) if any(t not in tables.get(p.name, {}) for p in plans)]
-        groups: dict[str | None, list[str]] = {}  # retrieval: queries get the instruction, documents none
-        for t in todo:
-            groups.setdefault(instruction(t) if callable(instruction) else instruction, []).append(t)
-        for said, group in groups.items():
-            start = time.perf_counter()
-            out = encoder.encode_specs(
-                plans, group, said, template=args.template, pooling=pooling, batch_size=args.batch_size
-            )
-            seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
-            for plan_name, v in out.items():
-                tables.setdefault(plan_name, {}).update(zip(group, v, strict=True))
-        return {p.name: tables[p.name] for p in plans}
+    def lookup(k):
+        return lambda texts: caches[k].vectors([candidate], texts)[candidate.name]
 
-    def lookup(table):
-        return lambda ts: np.stack([table[t] for t in ts])
-
-    plans = [tp.plan_for(args.spec, prepend=k) for k in args.depths]
-    choose_texts, report_texts = task.texts("choose"), task.texts("report")
-    dev = vectors(tp, plans, choose_texts, "prepend, dev")
-    dev_plain = vectors(plain, [plain.plan], choose_texts, "plain, dev")[plain.plan.name]
-    scores = {k: task.choose_score(lookup(dev[plan.name])) for k, plan in zip(args.depths, plans, strict=True)}
-    base_dev = task.choose_score(lookup(dev_plain))
+    scores = {k: task.choose_score(lookup(k)) for k in args.depths}
+    base_dev = task.choose_score(lookup(None))
     best = _print_choice(task.name, base_dev, scores)
-    chosen = tp.plan_for(args.spec, prepend=best)
-    test = vectors(tp, [chosen], report_texts, "prepend, test")[chosen.name]
-    test_plain = vectors(plain, [plain.plan], report_texts, "plain, test")[plain.plan.name]
-    with_tp, without = task.report_statistic(lookup(test)), task.report_statistic(lookup(test_plain))
+    with_tp, without = task.report_statistic(lookup(best)), task.report_statistic(lookup(None))
+    for k, cache in caches.items():
+        seconds[f"{'plain' if k is None else f'prepend {k}'}"] = cache.seconds  # choosing and reporting
     return task.name, scores, base_dev, best, with_tp, without
 
 
-def ner_gain(args, plain, seconds):
+def ner_gain(args, prepending, seconds):
     """NER: the study's probes (three seeds, dev in seeded halves) without prepending and at each depth."""
     from dataclasses import replace
 
-    from nosink import EncoderFromDecoder
     from nosink.evals.ner import NERConfig, load_conll
     from nosink.evals.study.candidates import Candidate
     from nosink.evals.study.ner import ner_study
@@ -180,14 +166,11 @@ def ner_gain(args, plain, seconds):
     candidate = Candidate("F*", args.spec, args.exit_layer)
     config = NERConfig()
     start = time.perf_counter()
-    without = ner_study(plain, train, dev, [candidate], config=config)
+    without = ner_study(prepending(None), train, dev, [candidate], config=config)
     seconds["plain"] = time.perf_counter() - start
     studies = {}
-    for k in args.depths:  # one encoder a depth: plans of different depths share a batch, ner_study takes specs
-        tp = EncoderFromDecoder.from_model(
-            plain.decoder, args.spec, plain.tokenizer, exit_layer=args.exit_layer, sink_token=args.sink_token,
-            prepend=k,
-        )  # fmt: skip
+    for k in args.depths:  # one encoder a depth: ner_study takes specs, each encoder its own prepend
+        tp = prepending(k)
         start = time.perf_counter()
         # one more token for the placeholder, so that both encoders read the same words
         studies[k] = ner_study(tp, train, dev, [candidate], config=replace(config, max_length=config.max_length + 1))

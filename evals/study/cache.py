@@ -25,7 +25,8 @@ class EmbeddingCache:
     Embeddings are kept unnormalised; :attr:`seconds` and :attr:`texts_encoded` add up the work done;
     ``show_progress_bar`` shows a bar for each pass of more than 8 batches.
     ``instruction`` is one instruction for every text, or a function giving each text its own (retrieval:
-    queries get the task's, documents none); a template takes none.
+    queries get the task's, documents none); a template takes none. ``pooling`` overrides the template's (or
+    mean pooling without one).
     """
 
     def __init__(
@@ -36,8 +37,9 @@ class EmbeddingCache:
         batch_size: int = 32,
         max_length: int = 512,
         show_progress_bar: bool = False,
+        pooling: str | None = None,
     ) -> None:
-        self.encoder, self.template, self.instruction = encoder, template, instruction
+        self.encoder, self.template, self.instruction, self.pooling = encoder, template, instruction, pooling
         self.batch_size, self.max_length, self.show_progress_bar = batch_size, max_length, show_progress_bar
         self._store: dict[str, dict[str, np.ndarray]] = {}
         self.seconds = 0.0
@@ -64,6 +66,7 @@ class EmbeddingCache:
                     batch_size=self.batch_size,
                     max_length=self.max_length,
                     show_progress_bar=None if self.show_progress_bar else False,
+                    **({} if self.pooling is None else {"pooling": self.pooling}),
                 )
                 for c, plan in zip(todo, plans, strict=True):
                     self._store.setdefault(c.name, {}).update(zip(group, part[plan.name], strict=True))
