@@ -6,11 +6,19 @@ hours of CPU time for even a 135M model: benchmarks/results/retrieval-full.md sa
 
 1. ``export``: the task as the study loads it (:func:`~nosink.evals.study.load_retrieval`, full corpus, every
    test query, the seeded halves), written as JSON: no ``datasets`` needed where it is read;
-2. ``embed``: the embeddings of every query and document under each spec (one
-   :class:`~nosink.evals.study.EmbeddingCache` pass, shared layers once), one ``.npz`` per spec, and the
-   encoding speed;
-3. ``score``: nDCG@10 by mteb's evaluator (:meth:`RetrievalTask.per_query`) over all test queries (MTEB's
-   number), and over the reporting half with its bootstrap interval (the study's number).
+2. ``embed``: every query and document encoded under each spec and Token Prepending depth (the specs of a depth
+   in one :class:`~nosink.evals.study.EmbeddingCache` pass, shared layers once), and each query's top 100
+   documents by cosine (:meth:`RetrievalTask.rankings`), written as one small ``rankings.npz`` with the
+   encoding speed: no mteb needed there;
+3. ``score``: nDCG@10 by mteb's evaluator (:meth:`RetrievalTask.scores_of`) over all test queries (MTEB's
+   number), on the choosing half, and on the reporting half with its bootstrap interval (the study's number);
+   the configuration chosen on the choosing half, and each spec's Token Prepending gain (depth chosen on the
+   choosing half, paired interval on the reporting half).
+
+    python benchmarks/retrieval_full.py export SciFact ../shared/data/scifact scifact.json
+    python benchmarks/retrieval_full.py embed scifact.json MODEL --specs "F*" "F* | B*13 | M0B*2" \
+        --prepend 0 1 2 --device cuda --out smollm2-scifact
+    python benchmarks/retrieval_full.py score scifact.json smollm2-scifact smollm2-scifact.json
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,111 +55,190 @@ def _task(path: Path):
     return RetrievalTask(d["name"], relevant=d["relevant"], query_instruction=d["query_instruction"], **tuples)
 
 
+def _configs(args: argparse.Namespace) -> list[dict]:
+    """Every configuration an ``embed`` run scores: each spec at each prepend depth (0: none)."""
+    return [{"spec": s, "prepend": d} for d in args.prepend for s in args.specs]
+
+
 def embed(args: argparse.Namespace) -> None:
-    """Encode the task's queries and documents under each spec; one ``.npz`` per spec, and the timings."""
+    """Encode the task's queries and documents under each configuration and rank the corpus for every query.
+
+    Writes one ``rankings.npz`` (each configuration's top ``k`` document indices and cosine similarities per
+    query, and the run's metadata as JSON): a few MB that ``score`` turns into nDCG@10 with mteb's evaluator, so
+    the encoding machine needs no mteb. Each prepend depth is its own encoder over the same weights; the specs of
+    one depth share one :class:`~nosink.evals.study.EmbeddingCache` pass (their common layers run once).
+    """
     import torch
 
     from nosink.evals.study import Candidate, EmbeddingCache
     from nosink.models import EncoderFromDecoder
     from nosink.models.loading import load_stock
 
-    task = _task(args.task)
+    task = replace(_task(args.task), top_k=args.top_k)
+    queries = list(dict.fromkeys([*task.choose, *task.report]))
     if args.st:
-        _embed_trained(args, task)
+        _embed_trained(args, task, queries)
         return
-    model, tokenizer = load_stock(args.model, gguf_file=args.gguf_file) if args.gguf_file else (args.model, None)
-    if tokenizer is None:
-        encoder = EncoderFromDecoder.from_pretrained(args.model, "F*", dtype=torch.float32)
+    dtype = getattr(torch, args.dtype)
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32  # float32 storage, products on TF32 tensor cores
+    if args.gguf_file:
+        model, tokenizer = load_stock(args.model, gguf_file=args.gguf_file)
+        plain = EncoderFromDecoder.from_model(model.to(dtype), "F*", tokenizer, sink_token=args.sink_token)
     else:
-        encoder = EncoderFromDecoder.from_model(model.float(), "F*", tokenizer)
-    encoder = encoder.to(args.device)
-    cands = [Candidate("F*" if s == "F*" else "converted", s) for s in args.specs]
-    cache = EmbeddingCache(encoder, None, task.instruction, args.batch_size, args.max_length, show_progress_bar=True)
-    queries = list(dict.fromkeys(t for _, t in [*task.choose, *task.report]))
+        plain = EncoderFromDecoder.from_pretrained(args.model, "F*", dtype=dtype, sink_token=args.sink_token)
+    plain = plain.to(args.device)
+    instruction = None if args.template else task.instruction
+    pooling = args.pooling or ("last" if args.template else "mean")
+    cands = [Candidate("F*" if s == "F*" else f"spec{i}", s) for i, s in enumerate(args.specs)]
     docs = [t for _, t in task.corpus]
-    timings = {}
-    for what, texts in (("documents", docs), ("queries", queries)):
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        cache.vectors(cands, texts)
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        took = time.perf_counter() - start
-        timings[what] = {"texts": len(texts), "seconds": round(took, 2), "texts_per_s": round(len(texts) / took, 1)}
-        print(what, timings[what], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for i, c in enumerate(cands):
-        vectors = cache.vectors([c], [*queries, *docs])[c.name]
-        np.savez(args.out / f"spec{i}.npz", vectors=vectors.astype(np.float32), spec=c.spec)
+    arrays, timings = {}, {}
+    for depth in args.prepend:
+        encoder = plain if depth == 0 else EncoderFromDecoder.from_model(
+            plain.decoder, "F*", plain.tokenizer, sink_token=args.sink_token, prepend=depth
+        )  # fmt: skip
+        cache = EmbeddingCache(encoder, args.template, instruction, args.batch_size, args.max_length, True, pooling)
+        for what, texts in (("documents", docs), ("queries", [t for _, t in queries])):
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            cache.vectors(cands, texts)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            took = time.perf_counter() - start
+            timings[f"prepend {depth}, {what}"] = {"texts": len(texts), "seconds": round(took, 2)}
+            print(f"prepend {depth}, {what}", timings[f"prepend {depth}, {what}"], flush=True)
+        for c in cands:
+            i = args.prepend.index(depth) * len(cands) + cands.index(c)
+            arrays[f"idx{i}"], arrays[f"sim{i}"] = _ranked(task, queries, partial(_lookup, cache, c))
     meta = {
-        "specs": args.specs, "timings": timings, "batch_size": args.batch_size, "max_length": args.max_length,
+        "configs": _configs(args), "template": args.template, "pooling": pooling, "sink_token": args.sink_token,
+        "timings": timings, "batch_size": args.batch_size, "max_length": args.max_length,
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-        "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "note": "all specs in one EmbeddingCache pass (shared layers once); the seconds cover every spec",
+        "dtype": args.dtype, "tf32": args.tf32, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "note": "a prepend depth's specs in one EmbeddingCache pass (shared layers once); its seconds cover them all",
     }  # fmt: skip
-    (args.out / "embed.json").write_text(json.dumps(meta, indent=1) + "\n")
+    _write(args.out, arrays, meta, queries)
 
 
-def _embed_trained(args: argparse.Namespace, task) -> None:
+def _lookup(cache, candidate, texts):
+    return cache.vectors([candidate], texts)[candidate.name]
+
+
+def _ranked(task, queries, vectors) -> tuple[np.ndarray, np.ndarray]:
+    """``task.rankings`` as arrays: ``(queries, k)`` corpus indices and their similarities, best first."""
+    where = {doc: j for j, (doc, _) in enumerate(task.corpus)}
+    results = task.rankings(queries, vectors)
+    k = min(task.top_k, len(task.corpus))
+    idx, sim = np.zeros((len(queries), k), np.int32), np.zeros((len(queries), k), np.float32)
+    for row, (qid, _) in enumerate(queries):
+        ranked = sorted(results[qid].items(), key=lambda kv: -kv[1])
+        idx[row], sim[row] = [where[d] for d, _ in ranked], [s for _, s in ranked]
+    return idx, sim
+
+
+def _write(out: Path, arrays: dict, meta: dict, queries) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {**meta, "top_k": int(arrays["idx0"].shape[1]), "queries": [q for q, _ in queries]}
+    np.savez_compressed(out / "rankings.npz", meta=np.array(json.dumps(meta)), **arrays)
+
+
+def _embed_trained(args: argparse.Namespace, task, queries) -> None:
     """A sentence-transformers encoder (no instruction, its own ``max_seq_length``), as the study's baselines and
-    MTEB run it: one ``.npz`` of unit vectors, and the speed."""
+    MTEB run it: its rankings, and the speed."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(args.model, device=args.device)
-    queries = list(dict.fromkeys(t for _, t in [*task.choose, *task.report]))
     docs = [t for _, t in task.corpus]
     parts, timings = [], {}
-    for what, texts in (("queries", queries), ("documents", docs)):
+    for what, texts in (("queries", [t for _, t in queries]), ("documents", docs)):
         start = time.perf_counter()
         parts.append(model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True, show_progress_bar=True))
         took = time.perf_counter() - start
         timings[what] = {"texts": len(texts), "seconds": round(took, 2), "texts_per_s": round(len(texts) / took, 1)}
         print(what, timings[what], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
+    lookup = dict(zip([*(t for _, t in queries), *docs], np.concatenate(parts).astype(np.float32), strict=True))
+    idx, sim = _ranked(task, queries, lambda texts: np.stack([lookup[t] for t in texts]))
     name = Path(args.model).name
-    np.savez(args.out / "spec0.npz", vectors=np.concatenate(parts).astype(np.float32), spec=f"{name} (trained encoder)")
     meta = {
-        "specs": [name], "timings": timings, "batch_size": args.batch_size, "max_length": model.max_seq_length,
+        "configs": [{"spec": f"{name} (trained encoder)", "prepend": 0}], "template": None, "pooling": None,
+        "timings": timings, "batch_size": args.batch_size, "max_length": model.max_seq_length,
         "device": args.device, "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
         "note": "a sentence-transformers encoder: no instruction, texts cut at its own max_seq_length", "trained": True,
     }  # fmt: skip
-    (args.out / "embed.json").write_text(json.dumps(meta, indent=1) + "\n")
+    _write(args.out, {"idx0": idx, "sim0": sim}, meta, queries)
 
 
 def score(args: argparse.Namespace) -> None:
-    """nDCG@10 of each spec's embeddings: over all test queries, and the reporting half with its interval."""
+    """nDCG@10 of each configuration's rankings: over all test queries (MTEB's number), on the choosing half, and
+    on the reporting half with its interval; for Token Prepending, the depth chosen on the choosing half and its
+    paired gain on the reporting half over the same spec without it."""
     from nosink.evals import stats
 
     task = _task(args.task)
-    queries = list(dict.fromkeys(t for _, t in [*task.choose, *task.report]))
-    texts = [*queries, *(t for _, t in task.corpus)]
-    rows = []
-    for file in sorted(args.vectors.glob("spec*.npz")):
-        data = np.load(file)
-        lookup = dict(zip(texts, data["vectors"], strict=True))
-
-        def vectors(batch, lookup=lookup):
-            return np.stack([lookup[t] for t in batch])
-
-        every = task.per_query([*task.choose, *task.report], vectors)
-        report = stats.bootstrap_ci(task.report_statistic(vectors), seed=0)
+    data = np.load(args.rankings / "rankings.npz")
+    meta = json.loads(str(data["meta"]))
+    qids = meta["queries"]
+    every_query = [*task.choose, *task.report]
+    if sorted(qids) != sorted(q for q, _ in every_query):
+        raise SystemExit(f"{args.rankings}: the rankings' queries are not {task.name}'s test queries")
+    position = {q: i for i, q in enumerate(qids)}
+    rows, per_query = [], []
+    for i, config in enumerate(meta["configs"]):
+        idx, sim = data[f"idx{i}"], data[f"sim{i}"]
+        results = {
+            q: {task.corpus[j][0]: float(s) for j, s in zip(idx[r], sim[r], strict=True)} for q, r in position.items()
+        }
+        values = dict(zip([q for q, _ in every_query], task.scores_of(every_query, results), strict=True))
+        choose = np.array([values[q] for q, _ in task.choose])
+        report = np.array([values[q] for q, _ in task.report])
+        per_query.append(report)
+        ci = stats.bootstrap_ci(_mean_statistic(report), seed=0)
         rows.append({
-            "spec": str(data["spec"]), "ndcg_at_10_all_queries": round(float(every.mean()), 4),
-            "n_queries": len(every), "choose_half": round(task.choose_score(vectors), 4),
-            "report_half": round(report.estimate, 4), "report_low": round(report.low, 4),
-            "report_high": round(report.high, 4), "n_report": len(task.report),
+            **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
+            "n_queries": len(values), "choose_half": round(float(choose.mean()), 4),
+            "report_half": round(ci.estimate, 4), "report_low": round(ci.low, 4), "report_high": round(ci.high, 4),
+            "n_report": len(report),
         })  # fmt: skip
         print(rows[-1], flush=True)
-    meta = json.loads((args.vectors / "embed.json").read_text())
     payload = {
         "task": task.name, "mode": "full", "mteb_comparable": True, "n_documents": len(task.corpus),
-        "metric": "nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), cosine top 100",
-        "query_instruction": None if meta.get("trained") else task.query_instruction, "template": None,
-        "embed": meta, "results": rows,
+        "metric": f"nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), cosine top {meta['top_k']}",
+        "query_instruction": None if meta.get("trained") or meta["template"] else task.query_instruction,
+        "template": meta["template"], "embed": {k: v for k, v in meta.items() if k != "queries"}, "results": rows,
+        "chosen": max(rows, key=lambda r: r["choose_half"]), "prepend": _prepend_gains(rows, per_query),
     }  # fmt: skip
+    print("chosen on the choosing half:", payload["chosen"])
+    for gain in payload["prepend"]:
+        print("prepend:", gain)
     args.out.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def _mean_statistic(values: np.ndarray):
+    from nosink.evals import stats
+
+    return stats.Statistic("ndcg_at_10", len(values), lambda idx: values[idx].mean(axis=1))
+
+
+def _prepend_gains(rows: list[dict], per_query: list[np.ndarray]) -> list[dict]:
+    """Per spec: the depth with the best choosing-half score (ties: the shallower) against depth 0, reporting half."""
+    from nosink.evals import stats
+
+    gains = []
+    for spec in dict.fromkeys(r["spec"] for r in rows):
+        at = {r["prepend"]: i for i, r in enumerate(rows) if r["spec"] == spec}
+        depths = sorted(d for d in at if d > 0)
+        if 0 not in at or not depths:
+            continue
+        best = max(depths, key=lambda d: (rows[at[d]]["choose_half"], -d))
+        c = stats.compare(_mean_statistic(per_query[at[best]]), _mean_statistic(per_query[at[0]]))
+        gains.append({
+            "spec": spec, "chosen_depth": best,
+            "choose_by_depth": {d: rows[at[d]]["choose_half"] for d in [0, *depths]},
+            "gain": round(c.delta.estimate, 4), "low": round(c.delta.low, 4), "high": round(c.delta.high, 4),
+            "p_value": round(c.p_value, 3),
+        })  # fmt: skip
+    return gains
 
 
 def main() -> None:
@@ -165,13 +254,20 @@ def main() -> None:
     m.add_argument("--gguf-file")
     m.add_argument("--st", action="store_true", help="MODEL is a sentence-transformers folder (a trained baseline)")
     m.add_argument("--specs", nargs="+", default=["F*"])
+    m.add_argument("--template", default=None, help="a preset's name (none: the paper's instruction, mean pooling)")
+    m.add_argument("--pooling", default=None, help="default: last with a template, mean without")
+    m.add_argument("--prepend", type=int, nargs="+", default=[0], help="Token Prepending depths (0: none)")
+    m.add_argument("--sink-token", default="auto")
+    m.add_argument("--tf32", action="store_true", help="float32 products on TF32 tensor cores (a GPU's)")
+    m.add_argument("--top-k", type=int, default=100, help="documents ranked per query (mteb: 100)")
+    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     m.add_argument("--device", default="cuda")
     m.add_argument("--batch-size", type=int, default=32)
     m.add_argument("--max-length", type=int, default=512)
     m.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("score")
     s.add_argument("task", type=Path)
-    s.add_argument("vectors", type=Path)
+    s.add_argument("rankings", type=Path, help="the folder embed wrote")
     s.add_argument("out", type=Path)
     args = p.parse_args()
     if args.step == "export":

@@ -219,9 +219,11 @@ class RetrievalTask:
         queries = self.choose if split == "choose" else self.report
         return list(dict.fromkeys([*(t for _, t in queries), *(t for _, t in self.corpus)]))
 
-    def per_query(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> np.ndarray:
-        """Each query's nDCG@10 (mteb's ``calculate_retrieval_scores``), in the order of ``queries``."""
-        from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores
+    def rankings(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> dict[str, dict[str, float]]:
+        """Each query's ``top_k`` documents by cosine similarity: ``{query id: {document id: similarity}}``.
+
+        Needs no mteb: a machine that encodes can rank, and :meth:`scores_of` score elsewhere.
+        """
 
         def unit(x: np.ndarray) -> np.ndarray:
             norm = np.linalg.norm(x, axis=1, keepdims=True)
@@ -237,9 +239,23 @@ class RetrievalTask:
             for i, row in enumerate(sims):
                 idx = np.arange(len(row)) if top is None else top[i]
                 results[queries[start + i][0]] = {self.corpus[j][0]: float(row[j]) for j in idx}
+        return results
+
+    def scores_of(self, queries: Sequence[tuple[str, str]], results: Mapping[str, Mapping[str, float]]) -> np.ndarray:
+        """Each query's nDCG@10 of its ranking in ``results`` (mteb's ``calculate_retrieval_scores``), in order."""
+        from mteb._evaluators.retrieval_metrics import calculate_retrieval_scores
+
+        missing = [qid for qid, _ in queries if qid not in results]
+        if missing:
+            raise ValueError(f"{self.name}: no ranking for queries {missing[:5]}")
         qrels = {qid: {doc: int(r) for doc, r in self.relevant[qid].items()} for qid, _ in queries}
-        scores = calculate_retrieval_scores(results, qrels, [10]).all_scores
+        ranked = {qid: dict(results[qid]) for qid, _ in queries}
+        scores = calculate_retrieval_scores(ranked, qrels, [10]).all_scores
         return np.array([scores[qid]["ndcg_cut_10"] for qid, _ in queries])
+
+    def per_query(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> np.ndarray:
+        """Each query's nDCG@10 (mteb's ``calculate_retrieval_scores``), in the order of ``queries``."""
+        return self.scores_of(queries, self.rankings(queries, vectors))
 
     def _statistic(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> stats.Statistic:
         values = self.per_query(queries, vectors)

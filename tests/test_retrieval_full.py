@@ -1,0 +1,81 @@
+"""benchmarks/retrieval_full.py: rankings made where the model runs (no mteb there), scored here as the study scores."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_study import write_varied_beir
+from tiny import tiny_decoder, tiny_tokenizer
+
+from nosink import EncoderFromDecoder
+from nosink.evals.study import Candidate, EmbeddingCache, load_retrieval
+
+pytest.importorskip("mteb")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "retrieval_full.py"
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("retrieval_full", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(monkeypatch, *argv):
+    monkeypatch.setattr(sys, "argv", ["retrieval_full.py", *map(str, argv)])
+    script().main()
+
+
+def test_rankings_made_without_mteb_score_as_the_study_scores(tmp_path, monkeypatch):
+    write_varied_beir(tmp_path / "scifact", n_docs=24, n_queries=12)
+    model = tmp_path / "model"
+    tiny_decoder("llama").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    specs = ["F*", "F* | B*2"]
+    run(monkeypatch, "export", "SciFact", tmp_path / "scifact", tmp_path / "task.json")
+    with monkeypatch.context() as m:  # the encoding machine has no mteb
+        m.setitem(sys.modules, "mteb", None)
+        run(m, "embed", tmp_path / "task.json", model, "--specs", *specs, "--prepend", 0, 1, "--device", "cpu",
+            "--top-k", 5, "--out", tmp_path / "ranked")  # fmt: skip
+    run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "ranked", tmp_path / "scores.json")
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    rows = payload["results"]
+    assert [(r["spec"], r["prepend"]) for r in rows] == [("F*", 0), ("F* | B*2", 0), ("F*", 1), ("F* | B*2", 1)]
+
+    task = load_retrieval("SciFact", tmp_path / "scifact")
+    task = type(task)(task.name, task.choose, task.report, task.corpus, task.relevant, task.query_instruction, top_k=5)
+    queries = [*task.choose, *task.report]
+    plain = EncoderFromDecoder.from_pretrained(model, "F*")
+    for row in rows:
+        encoder = plain if not row["prepend"] else EncoderFromDecoder.from_model(
+            plain.decoder, "F*", plain.tokenizer, prepend=row["prepend"]
+        )  # fmt: skip
+        cache, cand = EmbeddingCache(encoder, None, task.instruction), Candidate("x", row["spec"])
+        ndcg = task.per_query(queries, lambda texts, c=cache, k=cand: c.vectors([k], texts)[k.name])
+        assert row["ndcg_at_10_all_queries"] == pytest.approx(ndcg.mean(), abs=1e-4)
+        assert row["choose_half"] == pytest.approx(ndcg[: len(task.choose)].mean(), abs=1e-4)
+        assert row["report_half"] == pytest.approx(ndcg[len(task.choose) :].mean(), abs=1e-4)
+        assert row["report_low"] <= row["report_half"] <= row["report_high"]
+    assert payload["chosen"] == max(rows, key=lambda r: r["choose_half"])
+    gains = {g["spec"]: g for g in payload["prepend"]}
+    assert set(gains) == set(specs)
+    for spec, gain in gains.items():
+        at = {r["prepend"]: r for r in rows if r["spec"] == spec}
+        assert gain["chosen_depth"] == 1
+        assert gain["gain"] == pytest.approx(at[1]["report_half"] - at[0]["report_half"], abs=2e-4)
+        assert gain["low"] <= gain["gain"] <= gain["high"]
+
+
+def test_score_refuses_rankings_of_other_queries(tmp_path, monkeypatch):
+    write_varied_beir(tmp_path / "scifact", n_docs=9, n_queries=6)
+    run(monkeypatch, "export", "SciFact", tmp_path / "scifact", tmp_path / "task.json")
+    meta = {"configs": [{"spec": "F*", "prepend": 0}], "template": None, "queries": ["q0", "elsewhere"]}
+    (tmp_path / "ranked").mkdir()
+    idx = np.zeros((2, 3), np.int32)
+    np.savez(tmp_path / "ranked" / "rankings.npz", meta=np.array(json.dumps(meta)), idx0=idx, sim0=idx.astype("f4"))
+    with pytest.raises(SystemExit, match="not SciFact's test queries"):
+        run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "ranked", tmp_path / "scores.json")
