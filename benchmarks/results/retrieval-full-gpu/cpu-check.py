@@ -7,7 +7,6 @@ ranked by, to TF32's precision.
 
 import json
 import sys
-from dataclasses import replace
 
 import numpy as np
 
