@@ -193,7 +193,7 @@ def score(args: argparse.Namespace) -> None:
         choose = np.array([values[q] for q, _ in task.choose])
         report = np.array([values[q] for q, _ in task.report])
         per_query.append(report)
-        ci = stats.bootstrap_ci(_mean_statistic(report), seed=0)
+        ci = stats.bootstrap_ci(stats.mean_of("ndcg_at_10", report), seed=0)
         rows.append({
             **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
             "n_queries": len(values), "choose_half": round(float(choose.mean()), 4),
@@ -214,12 +214,6 @@ def score(args: argparse.Namespace) -> None:
     args.out.write_text(json.dumps(payload, indent=1) + "\n")
 
 
-def _mean_statistic(values: np.ndarray):
-    from nosink.evals import stats
-
-    return stats.Statistic("ndcg_at_10", len(values), lambda idx: values[idx].mean(axis=1))
-
-
 def _prepend_gains(rows: list[dict], per_query: list[np.ndarray]) -> list[dict]:
     """Per spec: the depth with the best choosing-half score (ties: the shallower) against depth 0, reporting half."""
     from nosink.evals import stats
@@ -231,7 +225,8 @@ def _prepend_gains(rows: list[dict], per_query: list[np.ndarray]) -> list[dict]:
         if 0 not in at or not depths:
             continue
         best = max(depths, key=lambda d: (rows[at[d]]["choose_half"], -d))
-        c = stats.compare(_mean_statistic(per_query[at[best]]), _mean_statistic(per_query[at[0]]))
+        with_tp, without = (stats.mean_of("ndcg_at_10", per_query[at[d]]) for d in (best, 0))
+        c = stats.compare(with_tp, without)
         gains.append({
             "spec": spec, "chosen_depth": best,
             "choose_by_depth": {d: rows[at[d]]["choose_half"] for d in [0, *depths]},

@@ -42,6 +42,7 @@ __all__ = [
     "f1_macro",
     "halves",
     "holdout",
+    "mean_of",
     "ner_f1",
     "resample_indices",
     "select",
@@ -221,8 +222,19 @@ def accuracy(gold: Sequence[Hashable] | np.ndarray, predicted: Sequence[Hashable
         ValueError: if the two differ in length or are empty.
     """
     g, p = _labels(gold, predicted)
-    correct = (g == p).astype(float)
-    return Statistic("accuracy", len(g), lambda idx: correct[idx].mean(axis=1))
+    return mean_of("accuracy", (g == p).astype(float))
+
+
+def mean_of(name: str, values: Sequence[float] | np.ndarray) -> Statistic:
+    """The mean of per-unit values (each query's nDCG@10, each item's correctness), units resampled.
+
+    Raises:
+        ValueError: if there are no values.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1 or not len(v):
+        raise ValueError(f"{name}: need a non-empty list of per-unit values, got shape {v.shape}")
+    return Statistic(name, len(v), lambda idx: v[idx].mean(axis=1))
 
 
 def f1_macro(gold: Sequence[Hashable] | np.ndarray, predicted: Sequence[Hashable] | np.ndarray) -> Statistic:

@@ -174,3 +174,12 @@ def test_the_ner_probe_keeps_per_sentence_tags_for_its_error_bars():
     assert ci.low <= results[0].f1 <= ci.high and ci.low < ci.high
     paired = stats.compare(*(stats.ner_f1(r.gold, r.predictions) for r in results))
     assert 0 <= paired.p_value <= 1
+
+
+def test_mean_of_per_unit_values_resamples_the_units():
+    values = np.array([0.0, 0.5, 1.0, 0.25])
+    statistic = stats.mean_of("ndcg_at_10", values)
+    assert statistic.n == 4 and statistic() == pytest.approx(0.4375)
+    assert statistic.values(np.array([[0, 0, 2, 2], [1, 1, 1, 1]])).tolist() == [0.5, 0.5]
+    with pytest.raises(ValueError, match="ndcg_at_10: need a non-empty list"):
+        stats.mean_of("ndcg_at_10", [])

@@ -258,8 +258,7 @@ class RetrievalTask:
         return self.scores_of(queries, self.rankings(queries, vectors))
 
     def _statistic(self, queries: Sequence[tuple[str, str]], vectors: Callable) -> stats.Statistic:
-        values = self.per_query(queries, vectors)
-        return stats.Statistic("ndcg_at_10", len(values), lambda idx: values[idx].mean(axis=1))
+        return stats.mean_of("ndcg_at_10", self.per_query(queries, vectors))
 
     def choose_score(self, vectors: Callable[[Sequence[str]], np.ndarray]) -> float:
         """Mean nDCG@10 over the choosing queries."""
