@@ -70,7 +70,7 @@ def embed(args: argparse.Namespace) -> None:
     """
     import torch
 
-    from nosink.evals.study import Candidate, EmbeddingCache
+    from nosink.evals.study import Candidate, EmbeddingCache, prepending
     from nosink.models import EncoderFromDecoder
     from nosink.models.loading import load_stock
 
@@ -93,9 +93,7 @@ def embed(args: argparse.Namespace) -> None:
     docs = [t for _, t in task.corpus]
     arrays, timings = {}, {}
     for depth in args.prepend:
-        encoder = plain if depth == 0 else EncoderFromDecoder.from_model(
-            plain.decoder, "F*", plain.tokenizer, sink_token=args.sink_token, prepend=depth
-        )  # fmt: skip
+        encoder = plain if depth == 0 else prepending(plain, depth)
         cache = EmbeddingCache(encoder, args.template, instruction, args.batch_size, args.max_length, True, pooling)
         for what, texts in (("documents", docs), ("queries", [t for _, t in queries])):
             if args.device.startswith("cuda"):

@@ -74,7 +74,7 @@ from .tables import (
     selection_table,
 )
 from .tasks import ClassificationTask, RetrievalTask, STSTask, Task
-from .tune import TuneOptions, TuneResult, tune
+from .tune import TuneOptions, TuneResult, prepending, tune
 from .userdata import load_user_ner, load_user_task
 from .verdicts import effect, interplay
 
@@ -134,6 +134,7 @@ __all__ = [
     "plot_exits",
     "plot_interplay",
     "plot_study",
+    "prepending",
     "results_table",
     "retrieval_setting",
     "run",

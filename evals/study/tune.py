@@ -191,7 +191,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     candidates = _candidates(encoder, o, profile_texts)
     tried, skipped = [], []
     for i, depth in enumerate(o.prepends):
-        runner = encoder if depth is None else _prepending(encoder, depth)
+        runner = encoder if depth is None else prepending(encoder, depth)
         first = i == 0  # a budget too small for the first pass is an error; later passes are left out
         if o.task == "ner":
             more, left_out, cost = _tune_ner(runner, task, candidates, exits, o, encoded, first)
@@ -242,8 +242,9 @@ def _prepend_sink(encoder: Any) -> str:
     return eos
 
 
-def _prepending(encoder: Any, depth: int) -> Any:
-    """An encoder over the same weights that prepends before layers ``1..depth``."""
+def prepending(encoder: Any, depth: int) -> Any:
+    """An encoder over the same weights that prepends before layers ``1..depth`` (its plan ``F*``: candidates give
+    the specs), first token the encoder's sink, else the end-of-text token when the tokenizer has no BOS."""
     from nosink.models import EncoderFromDecoder
 
     return EncoderFromDecoder.from_model(
