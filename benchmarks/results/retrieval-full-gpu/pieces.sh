@@ -7,7 +7,9 @@
 set -e
 file=$1 name=$2 tasks=$3
 limit=65900000  # bytes a call carried at most here without being refused (64 MiB is 67,108,864)
-tree=$(( $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) + $(git ls-files -o --exclude-standard -z | xargs -0 -r du -cb | tail -1 | cut -f1) ))
+tracked=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+untracked=$(git ls-files -o --exclude-standard -z | xargs -0 -r du -cb | tail -1 | cut -f1)
+tree=$(( tracked + ${untracked:-0} ))
 rm -rf .rf[0-9]*
 mkdir -p .rf1
 gzip -9 -c "$tasks/scifact.json" > .rf1/scifact.json.gz
