@@ -13,12 +13,14 @@ hours of CPU time for even a 135M model: benchmarks/results/retrieval-full.md sa
 3. ``score``: nDCG@10 by mteb's evaluator (:meth:`RetrievalTask.scores_of`) over all test queries (MTEB's
    number), on the choosing half, and on the reporting half with its bootstrap interval (the study's number);
    the configuration chosen on the choosing half, and each spec's Token Prepending gain (depth chosen on the
-   choosing half, paired interval on the reporting half).
+   choosing half, paired interval on the reporting half). Several folders (runs split over calls, one per
+   template) are scored as one set, the choice made over all their configurations.
 
     python benchmarks/retrieval_full.py export SciFact ../shared/data/scifact scifact.json
     python benchmarks/retrieval_full.py embed scifact.json MODEL --specs "F*" "F* | B*13 | M0B*2" \
         --prepend 0 1 2 --device cuda --out smollm2-scifact
     python benchmarks/retrieval_full.py score scifact.json smollm2-scifact smollm2-scifact.json
+    python benchmarks/retrieval_full.py score scifact.json run1 run2 both.json  # one choice over both runs
 """
 
 from __future__ import annotations
@@ -170,40 +172,55 @@ def _embed_trained(args: argparse.Namespace, task, queries) -> None:
 def score(args: argparse.Namespace) -> None:
     """nDCG@10 of each configuration's rankings: over all test queries (MTEB's number), on the choosing half, and
     on the reporting half with its interval; for Token Prepending, the depth chosen on the choosing half and its
-    paired gain on the reporting half over the same spec without it."""
+    paired gain on the reporting half over the same spec without it.
+
+    Several folders (runs split over machines or calls, or one per template) are scored as one set of
+    configurations, so that the choice on the choosing half is made over all of them; a configuration (template,
+    spec, depth) given twice counts once, from the first folder that has it.
+    """
     from nosink.evals import stats
 
     task = _task(args.task)
-    data = np.load(args.rankings / "rankings.npz")
-    meta = json.loads(str(data["meta"]))
-    qids = meta["queries"]
+    runs = [_rankings(task, folder) for folder in args.rankings]
+    _check_comparable(runs)
     every_query = [*task.choose, *task.report]
-    if sorted(qids) != sorted(q for q, _ in every_query):
-        raise SystemExit(f"{args.rankings}: the rankings' queries are not {task.name}'s test queries")
-    position = {q: i for i, q in enumerate(qids)}
-    rows, per_query = [], []
-    for i, config in enumerate(meta["configs"]):
-        idx, sim = data[f"idx{i}"], data[f"sim{i}"]
-        results = {
-            q: {task.corpus[j][0]: float(s) for j, s in zip(idx[r], sim[r], strict=True)} for q, r in position.items()
-        }
-        values = dict(zip([q for q, _ in every_query], task.scores_of(every_query, results), strict=True))
-        choose = np.array([values[q] for q, _ in task.choose])
-        report = np.array([values[q] for q, _ in task.report])
-        per_query.append(report)
-        ci = stats.bootstrap_ci(stats.mean_of("ndcg_at_10", report), seed=0)
-        rows.append({
-            **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
-            "n_queries": len(values), "choose_half": round(float(choose.mean()), 4),
-            "report_half": round(ci.estimate, 4), "report_low": round(ci.low, 4), "report_high": round(ci.high, 4),
-            "n_report": len(report),
-        })  # fmt: skip
-        print(rows[-1], flush=True)
+    rows, per_query, seen, repeated = [], [], set(), []
+    for folder, meta, arrays in runs:
+        position = {q: i for i, q in enumerate(meta["queries"])}
+        for i, config in enumerate(meta["configs"]):
+            config = {**config, "template": meta["template"]}
+            key = (config["template"], config["spec"], config["prepend"])
+            if key in seen:
+                repeated.append({**config, "folder": str(folder)})
+                continue
+            seen.add(key)
+            idx, sim = arrays[f"idx{i}"], arrays[f"sim{i}"]
+            results = {
+                q: {task.corpus[j][0]: float(s) for j, s in zip(idx[r], sim[r], strict=True)}
+                for q, r in position.items()
+            }
+            values = dict(zip([q for q, _ in every_query], task.scores_of(every_query, results), strict=True))
+            choose = np.array([values[q] for q, _ in task.choose])
+            report = np.array([values[q] for q, _ in task.report])
+            per_query.append(report)
+            ci = stats.bootstrap_ci(stats.mean_of("ndcg_at_10", report), seed=0)
+            rows.append({
+                **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
+                "n_queries": len(values), "choose_half": round(float(choose.mean()), 4),
+                "report_half": round(ci.estimate, 4), "report_low": round(ci.low, 4),
+                "report_high": round(ci.high, 4), "n_report": len(report),
+            })  # fmt: skip
+            print(rows[-1], flush=True)
+    metas = [meta for _, meta, _ in runs]
+    templates = list(dict.fromkeys(m["template"] for m in metas))
+    untemplated = any(m["template"] is None and not m.get("trained") for m in metas)
     payload = {
         "task": task.name, "mode": "full", "mteb_comparable": True, "n_documents": len(task.corpus),
-        "metric": f"nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), cosine top {meta['top_k']}",
-        "query_instruction": None if meta.get("trained") or meta["template"] else task.query_instruction,
-        "template": meta["template"], "embed": {k: v for k, v in meta.items() if k != "queries"}, "results": rows,
+        "metric": f"nDCG@10 by mteb's calculate_retrieval_scores (pytrec_eval), cosine top {metas[0]['top_k']}",
+        "query_instruction": task.query_instruction if untemplated else None,
+        "template": templates[0] if len(templates) == 1 else templates,
+        "embed": [{k: v for k, v in m.items() if k != "queries"} for m in metas],
+        "rankings": [str(folder) for folder, _, _ in runs], "repeated": repeated, "results": rows,
         "chosen": max(rows, key=lambda r: r["choose_half"]), "prepend": _prepend_gains(rows, per_query),
     }  # fmt: skip
     print("chosen on the choosing half:", payload["chosen"])
@@ -212,13 +229,42 @@ def score(args: argparse.Namespace) -> None:
     args.out.write_text(json.dumps(payload, indent=1) + "\n")
 
 
+def _rankings(task, folder: Path) -> tuple[Path, dict, dict]:
+    """A folder's ``rankings.npz``: its metadata and arrays, refused unless its queries are the task's test queries."""
+    data = np.load(folder / "rankings.npz")
+    meta = json.loads(str(data["meta"]))
+    if sorted(meta["queries"]) != sorted(q for q, _ in [*task.choose, *task.report]):
+        raise SystemExit(f"{folder}: the rankings' queries are not {task.name}'s test queries")
+    return folder, meta, {k: data[k] for k in data.files if k != "meta"}
+
+
+def _check_comparable(runs: list[tuple[Path, dict, dict]]) -> None:
+    """Folders scored as one set must rank the same way (top k) from texts encoded the same way (sink token,
+    length limit, dtype, and one pooling per template): only the template, specs and depths may differ."""
+    first = runs[0][1]
+    pooling: dict = {}
+    for folder, meta, _ in runs:
+        for key in ("top_k", "sink_token", "max_length", "dtype"):
+            if meta.get(key) != first.get(key):
+                raise SystemExit(
+                    f"{folder}: its {key} is {meta.get(key)!r}, {runs[0][0]}'s is {first.get(key)!r}; "
+                    "score folders encoded differently one at a time"
+                )
+        if pooling.setdefault(meta["template"], meta.get("pooling")) != meta.get("pooling"):
+            raise SystemExit(
+                f"{folder}: template {meta['template']!r} with pooling {meta.get('pooling')!r}, another folder "
+                f"has it with {pooling[meta['template']]!r}; score them one at a time"
+            )
+
+
 def _prepend_gains(rows: list[dict], per_query: list[np.ndarray]) -> list[dict]:
-    """Per spec: the depth with the best choosing-half score (ties: the shallower) against depth 0, reporting half."""
+    """Per template and spec: the depth with the best choosing-half score (ties: the shallower) against depth 0,
+    on the reporting half."""
     from nosink.evals import stats
 
     gains = []
-    for spec in dict.fromkeys(r["spec"] for r in rows):
-        at = {r["prepend"]: i for i, r in enumerate(rows) if r["spec"] == spec}
+    for template, spec in dict.fromkeys((r.get("template"), r["spec"]) for r in rows):
+        at = {r["prepend"]: i for i, r in enumerate(rows) if (r.get("template"), r["spec"]) == (template, spec)}
         depths = sorted(d for d in at if d > 0)
         if 0 not in at or not depths:
             continue
@@ -226,7 +272,7 @@ def _prepend_gains(rows: list[dict], per_query: list[np.ndarray]) -> list[dict]:
         with_tp, without = (stats.mean_of("ndcg_at_10", per_query[at[d]]) for d in (best, 0))
         c = stats.compare(with_tp, without)
         gains.append({
-            "spec": spec, "chosen_depth": best,
+            "template": template, "spec": spec, "chosen_depth": best,
             "choose_by_depth": {d: rows[at[d]]["choose_half"] for d in [0, *depths]},
             "gain": round(c.delta.estimate, 4), "low": round(c.delta.low, 4), "high": round(c.delta.high, 4),
             "p_value": round(c.p_value, 3),
@@ -260,7 +306,7 @@ def main() -> None:
     m.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("score")
     s.add_argument("task", type=Path)
-    s.add_argument("rankings", type=Path, help="the folder embed wrote")
+    s.add_argument("rankings", type=Path, nargs="+", help="the folder embed wrote; several are scored as one set")
     s.add_argument("out", type=Path)
     args = p.parse_args()
     if args.step == "export":

@@ -79,3 +79,33 @@ def test_score_refuses_rankings_of_other_queries(tmp_path, monkeypatch):
     np.savez(tmp_path / "ranked" / "rankings.npz", meta=np.array(json.dumps(meta)), idx0=idx, sim0=idx.astype("f4"))
     with pytest.raises(SystemExit, match="not SciFact's test queries"):
         run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "ranked", tmp_path / "scores.json")
+
+
+def test_several_folders_score_as_one_set(tmp_path, monkeypatch):
+    write_varied_beir(tmp_path / "scifact", n_docs=16, n_queries=10)
+    model = tmp_path / "model"
+    tiny_decoder("llama").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    run(monkeypatch, "export", "SciFact", tmp_path / "scifact", tmp_path / "task.json")
+    common = ["--device", "cpu", "--top-k", 5]
+    run(monkeypatch, "embed", tmp_path / "task.json", model, "--specs", "F*", "--prepend", 0, 1, *common,
+        "--out", tmp_path / "one")  # fmt: skip
+    run(monkeypatch, "embed", tmp_path / "task.json", model, "--specs", "F*", "F* | B*2", *common,
+        "--out", tmp_path / "two")  # fmt: skip
+    for name in ("one", "two"):
+        run(monkeypatch, "score", tmp_path / "task.json", tmp_path / name, tmp_path / f"{name}.json")
+    run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "two", tmp_path / "both.json")
+    alone = [r for name in ("one", "two") for r in json.loads((tmp_path / f"{name}.json").read_text())["results"]]
+    both = json.loads((tmp_path / "both.json").read_text())
+    rows = both["results"]
+    assert [(r["spec"], r["prepend"]) for r in rows] == [("F*", 0), ("F*", 1), ("F* | B*2", 0)]
+    assert rows == alone[:2] + alone[3:]  # the second folder's F* at depth 0 repeats the first's
+    assert alone[0] == alone[2]  # and scores the same
+    assert [(r["spec"], r["prepend"], r["folder"]) for r in both["repeated"]] == [("F*", 0, str(tmp_path / "two"))]
+    assert both["chosen"] == max(rows, key=lambda r: r["choose_half"])
+    assert [(g["spec"], g["chosen_depth"]) for g in both["prepend"]] == [("F*", 1)]
+    assert len(both["embed"]) == 2 and both["template"] is None
+
+    run(monkeypatch, "embed", tmp_path / "task.json", model, "--device", "cpu", "--top-k", 4, "--out", tmp_path / "k4")
+    with pytest.raises(SystemExit, match="top_k is 4"):
+        run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "k4", tmp_path / "x.json")
