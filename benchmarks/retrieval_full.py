@@ -178,12 +178,9 @@ def score(args: argparse.Namespace) -> None:
     configurations, so that the choice on the choosing half is made over all of them; a configuration (template,
     spec, depth) given twice counts once, from the first folder that has it.
     """
-    from nosink.evals import stats
-
     task = _task(args.task)
     runs = [_rankings(task, folder) for folder in args.rankings]
     _check_comparable(runs)
-    every_query = [*task.choose, *task.report]
     rows, per_query, seen, repeated = [], [], set(), []
     for folder, meta, arrays in runs:
         position = {q: i for i, q in enumerate(meta["queries"])}
@@ -194,23 +191,10 @@ def score(args: argparse.Namespace) -> None:
                 repeated.append({**config, "folder": str(folder)})
                 continue
             seen.add(key)
-            idx, sim = arrays[f"idx{i}"], arrays[f"sim{i}"]
-            results = {
-                q: {task.corpus[j][0]: float(s) for j, s in zip(idx[r], sim[r], strict=True)}
-                for q, r in position.items()
-            }
-            values = dict(zip([q for q, _ in every_query], task.scores_of(every_query, results), strict=True))
-            choose = np.array([values[q] for q, _ in task.choose])
-            report = np.array([values[q] for q, _ in task.report])
+            row, report = _scored(task, config, position, arrays[f"idx{i}"], arrays[f"sim{i}"])
+            rows.append(row)
             per_query.append(report)
-            ci = stats.bootstrap_ci(stats.mean_of("ndcg_at_10", report), seed=0)
-            rows.append({
-                **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
-                "n_queries": len(values), "choose_half": round(float(choose.mean()), 4),
-                "report_half": round(ci.estimate, 4), "report_low": round(ci.low, 4),
-                "report_high": round(ci.high, 4), "n_report": len(report),
-            })  # fmt: skip
-            print(rows[-1], flush=True)
+            print(row, flush=True)
     metas = [meta for _, meta, _ in runs]
     templates = list(dict.fromkeys(m["template"] for m in metas))
     untemplated = any(m["template"] is None and not m.get("trained") for m in metas)
@@ -227,6 +211,27 @@ def score(args: argparse.Namespace) -> None:
     for gain in payload["prepend"]:
         print("prepend:", gain)
     args.out.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def _scored(task, config: dict, position: dict, idx: np.ndarray, sim: np.ndarray) -> tuple[dict, np.ndarray]:
+    """One configuration's row (all-query, choosing-half and reporting-half nDCG@10, the last with its interval)
+    and its reporting queries' scores."""
+    from nosink.evals import stats
+
+    every_query = [*task.choose, *task.report]
+    results = {
+        q: {task.corpus[j][0]: float(s) for j, s in zip(idx[r], sim[r], strict=True)} for q, r in position.items()
+    }
+    values = dict(zip([q for q, _ in every_query], task.scores_of(every_query, results), strict=True))
+    choose = np.array([values[q] for q, _ in task.choose])
+    report = np.array([values[q] for q, _ in task.report])
+    ci = stats.bootstrap_ci(stats.mean_of("ndcg_at_10", report), seed=0)
+    row = {
+        **config, "ndcg_at_10_all_queries": round(float(np.mean(list(values.values()))), 4),
+        "n_queries": len(values), "choose_half": round(float(choose.mean()), 4), "report_half": round(ci.estimate, 4),
+        "report_low": round(ci.low, 4), "report_high": round(ci.high, 4), "n_report": len(report),
+    }  # fmt: skip
+    return row, report
 
 
 def _rankings(task, folder: Path) -> tuple[Path, dict, dict]:
