@@ -11,7 +11,8 @@ from test_study import write_varied_beir
 from tiny import tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
-from nosink.evals.study import Candidate, EmbeddingCache, load_retrieval
+from nosink.evals.study import Candidate, EmbeddingCache, load_retrieval, plot_retrieval
+from nosink.evals.study.plots import CHOSEN, _retrieval_bars
 
 pytest.importorskip("mteb")
 
@@ -105,6 +106,15 @@ def test_several_folders_score_as_one_set(tmp_path, monkeypatch):
     assert both["chosen"] == max(rows, key=lambda r: r["choose_half"])
     assert [(g["spec"], g["chosen_depth"]) for g in both["prepend"]] == [("F*", 1)]
     assert len(both["embed"]) == 2 and both["template"] is None
+
+    # the study's figure reads these files: one model's files chosen over together, as score does with folders
+    one, two = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("one", "two"))
+    bars = _retrieval_bars([one, two])
+    assert list(bars) == ["F*, no template", CHOSEN] and bars[CHOSEN] == {"template": None, **both["chosen"]}
+    runs = {"SciFact": {"tiny": [both], "tiny, split": [one, two]}, "again": {"tiny": [one]}}
+    assert plot_retrieval(runs, tmp_path / "bars.png", {"trained": {"SciFact": one}}).stat().st_size > 0
+    with pytest.raises(ValueError, match="nothing to plot"):
+        plot_retrieval({"SciFact": {}}, tmp_path / "none.png")
 
     run(monkeypatch, "embed", tmp_path / "task.json", model, "--device", "cpu", "--top-k", 4, "--out", tmp_path / "k4")
     with pytest.raises(SystemExit, match="top_k is 4"):

@@ -58,7 +58,7 @@ from .driver import TASK_FOLDERS, run
 from .loaders import load_classification, load_retrieval, load_sts, load_sts17
 from .ner import NER_SPLIT_SEED, NERStudy, mean_over_seeds, ner_payload, ner_study
 from .options import StudyOptions
-from .plots import plot_curves, plot_exits, plot_interplay, plot_study
+from .plots import plot_curves, plot_exits, plot_interplay, plot_retrieval, plot_study
 from .results import Scored, TemplateResult, overall_choice, template_row
 from .runner import baseline_task, run_template, study_task
 from .select import ner_selection_for, selection_for, selection_sample, suggestion_for
@@ -133,6 +133,7 @@ __all__ = [
     "plot_curves",
     "plot_exits",
     "plot_interplay",
+    "plot_retrieval",
     "plot_study",
     "prepending",
     "results_table",

@@ -15,7 +15,9 @@ from .candidates import NO_TEMPLATE
 from .tables import report_curves
 from .verdicts import effect, interplay
 
-__all__ = ["plot_curves", "plot_exits", "plot_interplay", "plot_study"]
+CHOSEN = "chosen on the choosing half"
+
+__all__ = ["plot_curves", "plot_exits", "plot_interplay", "plot_retrieval", "plot_study"]
 
 
 def plot_curves(
@@ -170,3 +172,74 @@ def plot_interplay(rows: Mapping[str, Sequence[Mapping[str, Any]]], path: str | 
         fig.colorbar(image, ax=axes[0][-1], shrink=0.8)
     fig.suptitle((title + "\n" if title else "") + "*: the 95% interval of the paired difference is clear of 0")
     return save(fig, path)
+
+
+def plot_retrieval(
+    runs: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]],
+    path: str | Path,
+    baselines: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    title: str = "",
+) -> Path:
+    """Full-corpus retrieval from ``benchmarks/retrieval_full.py score`` files: one panel per task of ``runs``
+    (task -> model -> that model's score files), a group of bars per model: ``F*`` without a template, ``F*`` with
+    each template, and the configuration chosen on the choosing half over all the model's files (named under the
+    model), each its reporting-half score with its 95% interval; ``baselines`` (name -> task -> score file of a
+    trained encoder) as dashed lines with their intervals as bands. A bar a model did not run is left out.
+
+    Raises:
+        ValueError: for no tasks, or a task with no model.
+    """
+    from nosink.evals.plotting import figure, save
+
+    if not runs or not all(runs.values()):
+        raise ValueError("nothing to plot: give each task at least one model's score files")
+    bars = {task: {model: _retrieval_bars(files) for model, files in models.items()} for task, models in runs.items()}
+    labels = list(dict.fromkeys(label for models in bars.values() for b in models.values() for label in b))
+    width = 0.8 / len(labels)
+    most = max(len(m) for m in runs.values())
+    fig, axes = figure(len(runs), 1, figsize=(2.6 * most + 1.5, 4.2 * len(runs)), squeeze=False)
+    for ax, (task, models) in zip(axes[:, 0], bars.items(), strict=True):
+        for j, label in enumerate(labels):
+            xs, rows = [], []
+            for i, found in enumerate(models.values()):
+                if label in found:
+                    xs.append(i + (j - (len(labels) - 1) / 2) * width)
+                    rows.append(found[label])
+            ys = np.array([r["report_half"] for r in rows])
+            err = [ys - [r["report_low"] for r in rows], [r["report_high"] for r in rows] - ys]
+            ax.bar(xs, ys, width=width, yerr=err, capsize=2, label=label, color=f"C{j}")
+        for k, (name, by_task) in enumerate((baselines or {}).items()):
+            if task in by_task:
+                row = by_task[task]["results"][0]
+                colour = f"C{len(labels) + k}"
+                ax.axhline(row["report_half"], color=colour, linestyle="--", label=name)
+                ax.axhspan(row["report_low"], row["report_high"], color=colour, alpha=0.12)
+        ticks = [f"{model}\nchosen: {_configuration(found[CHOSEN])}" for model, found in models.items()]
+        ax.set_xticks(range(len(models)), ticks, fontsize=8)
+        ax.set_title(task)
+        ax.set_ylabel("nDCG@10, reporting half")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return save(fig, path, rect=(0, 0.05, 1, 1))
+
+
+def _configuration(row: Mapping[str, Any]) -> str:
+    """A score row's configuration in a few words: template, spec and Token Prepending depth."""
+    depth = f", prepend {row['prepend']}" if row.get("prepend") else ""
+    return f"{row['template'] or 'no template'}, {row['spec']}{depth}"
+
+
+def _retrieval_bars(files: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One model's bars: its ``F*`` rows without prepending, by template, and its chosen configuration over all
+    its files (the best choosing-half score), labelled with its template, spec and depth."""
+    rows = [{"template": f.get("template"), **r} for f in files for r in f["results"]]  # a row's own template wins
+    out = {}
+    for row in rows:
+        if row["spec"] == "F*" and not row.get("prepend"):
+            out.setdefault(f"F*, {row['template'] or 'no template'}", row)
+    out = dict(sorted(out.items(), key=lambda kv: kv[0] != "F*, no template"))
+    best = max(rows, key=lambda r: r["choose_half"])
+    out[CHOSEN] = best
+    return out
