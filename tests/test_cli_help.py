@@ -89,6 +89,7 @@ def _options(out):
         (["inspect"], {"--threshold": "0.5", "--positions": "3", "--max-tokens": "32", "--out": "inspect"}),
         (["eval", "sweep"], {"--configs": "INPLACE-BIDIR INPLACE-BACK MASK0-BIDIR"}),
         (["encode-corpus"], {"--batch-size": "32", "--shard-rows": "10000", "--dtype": "float32"}),
+        (["tune"], {"--seed": "0", "--prepends": "0"}),
     ],
 )
 def test_help_shows_the_defaults(argv, shown, capsys, monkeypatch):
@@ -97,6 +98,7 @@ def test_help_shows_the_defaults(argv, shown, capsys, monkeypatch):
     for option, default in shown.items():
         assert options[option].endswith(f"(default: {default})"), options[option]
     assert "(default: None)" not in out and "(default: False)" not in out and "(default: [])" not in out
+    assert "(default: True)" not in out  # a flag that turns something off (tune's --no-progress) shows no default
 
 
 def test_the_sinks_guide_quotes_inspects_defaults():

@@ -33,6 +33,7 @@ class HelpFormatter(argparse.HelpFormatter):
         default = action.default
         if (
             not action.option_strings
+            or action.nargs == 0  # a flag: its default is the dest's value without it, not the flag's
             or "default" in help
             or default is None
             or default is False
