@@ -111,6 +111,7 @@ def embed(args: argparse.Namespace) -> None:
             i = args.prepend.index(depth) * len(cands) + cands.index(c)
             arrays[f"idx{i}"], arrays[f"sim{i}"] = _ranked(task, queries, partial(_lookup, cache, c))
     meta = {
+        "model": Path(args.model).name, "gguf_file": args.gguf_file,
         "configs": _configs(args), "template": args.template, "pooling": pooling, "sink_token": args.sink_token,
         "timings": timings, "batch_size": args.batch_size, "max_length": args.max_length,
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
@@ -161,7 +162,8 @@ def _embed_trained(args: argparse.Namespace, task, queries) -> None:
     idx, sim = _ranked(task, queries, lambda texts: np.stack([lookup[t] for t in texts]))
     name = Path(args.model).name
     meta = {
-        "configs": [{"spec": f"{name} (trained encoder)", "prepend": 0}], "template": None, "pooling": None,
+        "model": name, "configs": [{"spec": f"{name} (trained encoder)", "prepend": 0}], "template": None,
+        "pooling": None,
         "timings": timings, "batch_size": args.batch_size, "max_length": model.max_seq_length,
         "device": args.device, "dtype": "float32", "torch": torch.__version__, "threads": torch.get_num_threads(),
         "note": "a sentence-transformers encoder: no instruction, texts cut at its own max_seq_length", "trained": True,
@@ -178,19 +180,25 @@ def score(args: argparse.Namespace) -> None:
     configurations, so that the choice on the choosing half is made over all of them; a configuration (template,
     spec, depth) given twice counts once, from the first folder that has it.
     """
+    if args.out.is_dir():
+        raise SystemExit(f"{args.out} is a folder: the last argument is the JSON file to write")
     task = _task(args.task)
     runs = [_rankings(task, folder) for folder in args.rankings]
     _check_comparable(runs)
-    rows, per_query, seen, repeated = [], [], set(), []
+    rows, per_query, seen, repeated = [], [], {}, []
     for folder, meta, arrays in runs:
         position = {q: i for i, q in enumerate(meta["queries"])}
         for i, config in enumerate(meta["configs"]):
             config = {**config, "template": meta["template"]}
             key = (config["template"], config["spec"], config["prepend"])
+            ranked = _in_order(meta["queries"], arrays[f"idx{i}"], arrays[f"sim{i}"])
             if key in seen:
-                repeated.append({**config, "folder": str(folder)})
+                same = all(np.array_equal(a, b) for a, b in zip(seen[key], ranked, strict=True))
+                repeated.append({**config, "folder": folder.name, "same_rankings": same})
+                if not same:
+                    print(f"warning: {folder}: {key} ranks otherwise than the first folder's; the first is kept")
                 continue
-            seen.add(key)
+            seen[key] = ranked
             row, report = _scored(task, config, position, arrays[f"idx{i}"], arrays[f"sim{i}"])
             rows.append(row)
             per_query.append(report)
@@ -204,7 +212,7 @@ def score(args: argparse.Namespace) -> None:
         "query_instruction": task.query_instruction if untemplated else None,
         "template": templates[0] if len(templates) == 1 else templates,
         "embed": [{k: v for k, v in m.items() if k != "queries"} for m in metas],
-        "rankings": [str(folder) for folder, _, _ in runs], "repeated": repeated, "results": rows,
+        "rankings": [folder.name for folder, _, _ in runs], "repeated": repeated, "results": rows,
         "chosen": max(rows, key=lambda r: r["choose_half"]), "prepend": _prepend_gains(rows, per_query),
     }  # fmt: skip
     print("chosen on the choosing half:", payload["chosen"])
@@ -234,6 +242,12 @@ def _scored(task, config: dict, position: dict, idx: np.ndarray, sim: np.ndarray
     return row, report
 
 
+def _in_order(queries: list[str], idx: np.ndarray, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A configuration's rankings with the queries sorted, so that two folders' can be compared."""
+    order = np.argsort(queries)
+    return idx[order], sim[order]
+
+
 def _rankings(task, folder: Path) -> tuple[Path, dict, dict]:
     """A folder's ``rankings.npz``: its metadata and arrays, refused unless its queries are the task's test queries."""
     data = np.load(folder / "rankings.npz")
@@ -244,12 +258,13 @@ def _rankings(task, folder: Path) -> tuple[Path, dict, dict]:
 
 
 def _check_comparable(runs: list[tuple[Path, dict, dict]]) -> None:
-    """Folders scored as one set must rank the same way (top k) from texts encoded the same way (sink token,
-    length limit, dtype, and one pooling per template): only the template, specs and depths may differ."""
+    """Folders scored as one set must rank the same way (top k) from texts encoded the same way by the same model
+    (sink token, length limit, dtype, TF32, and one pooling per template): only the template, specs and depths may
+    differ. Folders written before ``embed`` recorded its model have none, and pass only with each other."""
     first = runs[0][1]
     pooling: dict = {}
     for folder, meta, _ in runs:
-        for key in ("top_k", "sink_token", "max_length", "dtype"):
+        for key in ("model", "gguf_file", "top_k", "sink_token", "max_length", "dtype", "tf32"):
             if meta.get(key) != first.get(key):
                 raise SystemExit(
                     f"{folder}: its {key} is {meta.get(key)!r}, {runs[0][0]}'s is {first.get(key)!r}; "

@@ -102,7 +102,9 @@ def test_several_folders_score_as_one_set(tmp_path, monkeypatch):
     assert [(r["spec"], r["prepend"]) for r in rows] == [("F*", 0), ("F*", 1), ("F* | B*2", 0)]
     assert rows == alone[:2] + alone[3:]  # the second folder's F* at depth 0 repeats the first's
     assert alone[0] == alone[2]  # and scores the same
-    assert [(r["spec"], r["prepend"], r["folder"]) for r in both["repeated"]] == [("F*", 0, str(tmp_path / "two"))]
+    assert [(r["spec"], r["prepend"], r["folder"], r["same_rankings"]) for r in both["repeated"]] == [
+        ("F*", 0, "two", True)
+    ]
     assert both["chosen"] == max(rows, key=lambda r: r["choose_half"])
     assert [(g["spec"], g["chosen_depth"]) for g in both["prepend"]] == [("F*", 1)]
     assert len(both["embed"]) == 2 and both["template"] is None
@@ -115,7 +117,26 @@ def test_several_folders_score_as_one_set(tmp_path, monkeypatch):
     assert plot_retrieval(runs, tmp_path / "bars.png", {"trained": {"SciFact": one}}).stat().st_size > 0
     with pytest.raises(ValueError, match="nothing to plot"):
         plot_retrieval({"SciFact": {}}, tmp_path / "none.png")
+    with pytest.raises(ValueError, match="hold no results"):
+        plot_retrieval({"SciFact": {"tiny": [{**one, "results": []}]}}, tmp_path / "empty.png")
 
     run(monkeypatch, "embed", tmp_path / "task.json", model, "--device", "cpu", "--top-k", 4, "--out", tmp_path / "k4")
     with pytest.raises(SystemExit, match="top_k is 4"):
         run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "k4", tmp_path / "x.json")
+    other = tmp_path / "other"  # another model: its rows must not pass for the first one's
+    tiny_decoder("llama", seed=1).save_pretrained(other)
+    tiny_tokenizer().save_pretrained(other)
+    run(monkeypatch, "embed", tmp_path / "task.json", other, *common, "--out", tmp_path / "elsewhere")
+    with pytest.raises(SystemExit, match="its model is 'other'"):
+        run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "elsewhere", tmp_path / "x.json")
+    with pytest.raises(SystemExit, match="is a folder"):  # the JSON file's name forgotten
+        run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "two")
+
+    # a configuration that ranks otherwise in its second folder: the first kept, the difference recorded
+    data = dict(np.load(tmp_path / "two" / "rankings.npz"))
+    data["sim0"] = data["sim0"] + 0.5
+    (tmp_path / "two-moved").mkdir()
+    np.savez(tmp_path / "two-moved" / "rankings.npz", **data)
+    run(monkeypatch, "score", tmp_path / "task.json", tmp_path / "one", tmp_path / "two-moved", tmp_path / "m.json")
+    moved = json.loads((tmp_path / "m.json").read_text())
+    assert moved["results"] == rows and [r["same_rankings"] for r in moved["repeated"]] == [False]

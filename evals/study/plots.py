@@ -195,6 +195,7 @@ def plot_retrieval(
         raise ValueError("nothing to plot: give each task at least one model's score files")
     bars = {task: {model: _retrieval_bars(files) for model, files in models.items()} for task, models in runs.items()}
     labels = list(dict.fromkeys(label for models in bars.values() for b in models.values() for label in b))
+    labels = [label for label in labels if label != CHOSEN] + [CHOSEN]  # the choice the last bar of each group
     width = 0.8 / len(labels)
     most = max(len(m) for m in runs.values())
     fig, axes = figure(len(runs), 1, figsize=(2.6 * most + 1.5, 4.2 * len(runs)), squeeze=False)
@@ -218,8 +219,11 @@ def plot_retrieval(
         ax.set_xticks(range(len(models)), ticks, fontsize=8)
         ax.set_title(task)
         ax.set_ylabel("nDCG@10, reporting half")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8)
+    legend = {}  # every panel's entries once: a baseline may stand in one task only
+    for ax in axes[:, 0]:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(name, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 4), fontsize=8)
     if title:
         fig.suptitle(title)
     return save(fig, path, rect=(0, 0.05, 1, 1))
@@ -235,6 +239,8 @@ def _retrieval_bars(files: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
     """One model's bars: its ``F*`` rows without prepending, by template, and its chosen configuration over all
     its files (the best choosing-half score), labelled with its template, spec and depth."""
     rows = [{"template": f.get("template"), **r} for f in files for r in f["results"]]  # a row's own template wins
+    if not rows:
+        raise ValueError("a model's score files hold no results: give the files retrieval_full.py score wrote")
     out = {}
     for row in rows:
         if row["spec"] == "F*" and not row.get("prepend"):
