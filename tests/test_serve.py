@@ -879,6 +879,10 @@ def test_create_app_refuses_what_cannot_serve():
             Limits(header_timeout_s=bad)
     with pytest.raises(ValueError, match=r"Limits\.max_connections_per_client must be a positive integer"):
         Limits(max_connections_per_client=0.5)
+    for bad in (0, 1, 1.5, -0.1, math.nan):
+        with pytest.raises(ValueError, match=r"Limits\.chat_share must be (above 0 and below 1|a non-negative)"):
+            Limits(chat_share=bad)
+    assert Limits(chat_share=0.01).chat_share == 0.01
     assert ApiError(400, "m", "c").body() == {
         "error": {"message": "m", "type": "invalid_request_error", "param": None, "code": "c"}
     }
@@ -924,7 +928,9 @@ def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
     assert main([*args, *more, "--max-connections", "9"]) == 0
     limits = seen["app"].state.limits
     assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (2.5, 7, 3)
-    assert limits.max_connections == 9
+    assert limits.max_connections == 9 and limits.chat_share == 0.5
+    assert main([*args, "--chat-share", "0.25"]) == 0
+    assert seen["app"].state.limits.chat_share == 0.25
     assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
     assert seen["workers"] == 0  # auto: one process on the CPU, whose cores run the model
     assert seen["log_level"] == "info"

@@ -385,12 +385,14 @@ class _Side:
             self.engine.inbox.put(engine_module._STOP)
 
 
-def _schedule(monkeypatch, batches: list[float], steps: list[float], batches_from: float = 0) -> str:
+def _schedule(
+    monkeypatch, batches: list[float], steps: list[float], batches_from: float = 0, share: float = 0.5
+) -> str:
     """The order the engine runs embedding batches (``E``) and chat steps (``c``) of the given durations."""
     clock, log = _Clock(), []
     monkeypatch.setattr(engine_module, "time", clock)
     _, tok = tiny_lm()
-    engine = engine_module.Engine(None, None, tok, Limits())
+    engine = engine_module.Engine(None, None, tok, Limits(chat_share=share))
     engine.batches = _Side("E", batches, clock, log, engine, batches_from)
     engine.chats = _Side("c", steps, clock, log, engine)
     engine._loop()
@@ -405,3 +407,15 @@ def test_the_engine_shares_the_model_time_between_embedding_batches_and_chat_ste
     assert _schedule(monkeypatch, [unit] * 8, [4 * unit, unit, unit]) == "EcEEEEcEcEE"
     # Time used alone is not owed back: batches arriving after the chats ran alone take turns with them at once.
     assert _schedule(monkeypatch, [unit] * 2, [unit] * 10, batches_from=5 * unit) == "ccccc" + "EcE" + "cccc"
+
+
+def test_the_chats_share_of_the_model_time_is_the_limits(monkeypatch):
+    unit = 1 / 128
+    # A quarter for the chats: after the first batch, one chat step for every three batches (lead: an embedding
+    # unit takes 0.25 off it, a chat unit adds 0.75), the rest alone.
+    assert _schedule(monkeypatch, [unit] * 30, [unit] * 10, share=0.25) == "E" + "cEEE" * 9 + "cEE"
+    # Three quarters: three chat steps for every batch.
+    assert _schedule(monkeypatch, [unit] * 10, [unit] * 30, share=0.75) == "Eccc" * 10
+    # 4-unit batches at a quarter: chat steps until the balance is back, what is left over carried to the next turn
+    # (lead -1, +0.5 after two steps; -0.5, +0.25; -0.75, 0): 4 chat units to 12 batch units, the rest alone.
+    assert _schedule(monkeypatch, [4 * unit] * 3, [unit] * 8, share=0.25) == "EccEcEc" + "cccc"

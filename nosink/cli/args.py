@@ -100,7 +100,8 @@ def number(low: float, high: float, *, low_included: bool, high_included: bool =
     """An argparse ``type`` for a finite number in ``[low, high]`` (``(low, ...`` unless ``low_included``,
     ``..., high)`` unless ``high_included``)."""
     if not low_included:
-        wanted = "a positive number" if high == math.inf and low == 0 else f"above {low:g} and at most {high:g}"
+        below = f"at most {high:g}" if high_included else f"below {high:g}"
+        wanted = "a positive number" if high == math.inf and low == 0 else f"above {low:g} and {below}"
     else:
         wanted = f"between {low:g} and {high:g}" if high_included else f"at least {low:g} and below {high:g}"
 

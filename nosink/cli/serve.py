@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from nosink.checks import count_arg, printable
-from nosink.cli.args import TEMPLATES, Parser, positive_float
+from nosink.cli.args import TEMPLATES, Parser, number, positive_float
 from nosink.cli.inputs import EXAMPLE_SPEC, model_path, saved_encoder
 
 API_KEY_ENV = "NOSINK_API_KEY"  # the API key of `nosink serve` when --api-key is not given
@@ -49,6 +49,9 @@ def _arguments(p: Parser) -> None:
                    help="tokens per text, sink and prompt included")  # fmt: skip
     p.add_argument("--batch-size", type=count_arg(), default=8,
                    help="texts per forward pass (8 suits a CPU; raise on a GPU)")  # fmt: skip
+    p.add_argument("--chat-share", type=number(0, 1, low_included=False, high_included=False), default=0.5,
+                   metavar="S", help="the model's time chat steps get while embedding requests wait too, above 0 "
+                   "and below 1; the rest goes to embedding batches")  # fmt: skip
     p.add_argument("--workers", type=_workers, default="auto", metavar="N",
                    help="front-end processes that read requests and write answers while one process runs the "
                         "model; 0: one process (default auto: 0 on the CPU, half the cores, 1 to 8, on a GPU)",
@@ -184,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model, tokenizer = load_model(path, chat=not args.no_chat, dtype=args.dtype, device=args.device)
         limits = Limits(max_inputs=args.max_inputs, max_tokens_per_text=args.max_tokens_per_text,
-                        batch_size=args.batch_size, header_timeout_s=args.header_timeout,
+                        batch_size=args.batch_size, chat_share=args.chat_share, header_timeout_s=args.header_timeout,
                         body_timeout_s=args.body_timeout, max_connections=args.max_connections,
                         max_connections_per_client=args.max_connections_per_client)  # fmt: skip
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,

@@ -2,12 +2,13 @@
 
 The encoder and the LM share every layer, so their forward passes never interleave. The engine runs one
 unit of work at a time: an embedding batch, or a chat step (a token of every active chat in one forward,
-and the prefill of chats that start). Which one comes next is a time balance: ``lead`` counts the seconds
-the chats have had beyond the embeddings while both had work. An embedding batch runs when one is due
-and the chats are not behind (``lead >= 0``); otherwise a chat step runs. So under both loads each side
-gets about half of the model's time and neither starves: a 100 ms batch is followed by about 100 ms of
-chat steps, a long prefill by embedding batches until they have had as long. When either side has
-nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
+and the prefill of chats that start). Which one comes next is a time balance: with ``s`` the chats' share
+(:attr:`Limits.chat_share`, 0.5 by default), ``lead`` counts ``(1 - s)`` x the chats' seconds less ``s`` x the
+embeddings' while both had work. An embedding batch runs when one is due and the chats are not behind
+(``lead >= 0``); otherwise a chat step runs. So under both loads the chats get about ``s`` of the model's time,
+the embeddings the rest, and neither starves: with ``s = 0.5`` a 100 ms batch is followed by about 100 ms of
+chat steps, a long prefill by embedding batches until they have had as long; with ``s = 0.25`` by about 33 ms
+of chat steps. When either side has nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
 
 On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
 both are queued on the model's one stream, so their passes still run one after the other, while the host
@@ -153,7 +154,8 @@ class Engine:
         # An error that escapes to here is the engine's own: it is logged, the engine waits a little longer after each
         # one in a row, and after FAILURES in a row it fails every request it holds and starts its lists afresh, so a
         # fault that repeats can neither spin the thread nor leave clients waiting for ever.
-        lead = 0.0  # seconds the chats have had beyond the embeddings (negative: behind); see the module docstring
+        lead = 0.0  # the chats' weighted seconds beyond the embeddings' (negative: behind); see the module docstring
+        share = self.limits.chat_share
         failures = 0  # unexpected errors in a row
         with torch.inference_mode():
             while True:
@@ -166,14 +168,14 @@ class Engine:
                     start = time.perf_counter()
                     if self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()  # launches a batch, answers the one in flight before it
-                        sign, kind = -1.0, "embedding_ms"
+                        weight, kind = -share, "embedding_ms"
                     elif self.batches.in_flight is not None:
                         self.batches.finish()  # nothing to launch behind it: answer it now
-                        sign, kind = -1.0, "embedding_ms"
+                        weight, kind = -share, "embedding_ms"
                     elif chatting:
                         with adapters_off(self.adapters):
                             self.chats.step()
-                        sign, kind = 1.0, "chat_ms"
+                        weight, kind = 1.0 - share, "chat_ms"
                         self.stats["chat_steps"] += 1
                     else:
                         continue
@@ -181,7 +183,7 @@ class Engine:
                     self.stats["busy_ms"] += round(took * 1000)
                     self.stats[kind] += round(took * 1000)
                     if both:
-                        lead += sign * took
+                        lead += weight * took
                     failures = 0
                 except Exception as err:  # the engine must outlive any one request
                     failures += 1

@@ -12,7 +12,8 @@ class Limits:
     """What one request may ask for, and how the worker gathers embedding requests into batches.
 
     Raises:
-        ValueError: for a limit that is not a positive integer (``batch_wait_ms``: a non-negative number).
+        ValueError: for a limit that is not a positive integer (``batch_wait_ms``: a non-negative number;
+            ``chat_share``: a number above 0 and below 1, so that neither side can starve).
     """
 
     max_inputs: int = 256  # texts per embeddings request (more: 413)
@@ -25,6 +26,7 @@ class Limits:
     max_new_tokens: int = 1024  # the largest max_tokens a chat request may ask for
     default_max_tokens: int = 256  # max_tokens when a chat request gives none
     max_active_chats: int = 16  # generations decoded side by side (one batch); more wait their turn
+    chat_share: float = 0.5  # the model's time chat steps get while embeddings wait too (the rest: batches)
     max_queue: int = 1024  # requests waiting for the worker (more: 503)
     # Slow or idle clients (enforced by the HTTP server of run() and ServerThread, see _guarded):
     header_timeout_s: float = 10.0  # a request's headers, from its first byte (or the connection): else 408, closed
@@ -39,7 +41,12 @@ class Limits:
                 raise ValueError(f"Limits.{name} must be a non-negative number, got {printable(repr(value))}")
             if name.endswith("_s") and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"Limits.{name} must be a positive number of seconds, got {printable(repr(value))}")
-            if name != "batch_wait_ms" and not name.endswith("_s"):
+            if name == "chat_share" and not 0 < value < 1:
+                raise ValueError(
+                    f"Limits.chat_share must be above 0 and below 1 (a share of the model's time; 0 or 1 would "
+                    f"starve one side), got {printable(repr(value))}"
+                )
+            if name not in ("batch_wait_ms", "chat_share") and not name.endswith("_s"):
                 positive_int(value, f"Limits.{name}")
 
 
