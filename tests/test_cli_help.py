@@ -1,5 +1,7 @@
 """The command line's help: quick (no torch or transformers imported), with defaults and descriptions."""
 
+import argparse
+import math
 import re
 import subprocess
 import sys
@@ -136,3 +138,25 @@ def test_the_python_m_entry_points_answer_help():
     for module in ("nosink", "nosink.cli"):
         done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and done.stdout.startswith("usage: nosink"), done.stderr
+
+
+@pytest.mark.parametrize(
+    "bounds, good, bad, wanted",
+    [
+        ((0, math.inf, False, True), "2.5", "0", "a positive number"),
+        ((0, 1, True, True), "1", "1.5", "between 0 and 1"),
+        ((0, 1, True, False), "0", "1", "at least 0 and below 1"),
+        ((0, 1, False, False), "0.5", "1", "above 0 and below 1"),
+        ((0, 2, False, True), "2", "0", "above 0 and at most 2"),
+    ],
+)
+def test_number_arguments_name_their_bounds(bounds, good, bad, wanted):
+    from nosink.cli.args import number
+
+    low, high, low_included, high_included = bounds
+    parse = number(low, high, low_included=low_included, high_included=high_included)
+    assert parse(good) == float(good)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"the value must be {wanted}, got '{bad}'"):
+        parse(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="must be"):
+        parse("nan")
