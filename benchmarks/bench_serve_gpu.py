@@ -274,7 +274,7 @@ def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path
     port = free_port()
     command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
     command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
-    command += ["--workers", str(workers), "--log-level", "warning"]
+    command += ["--workers", str(workers), "--log-level", "warning", "--chat-share", str(args.chat_share)]
     command += ["--max-connections-per-client", "2048", "--max-connections", "4096"]
     handle = log.open("w")
     server = subprocess.Popen(command, stderr=handle, stdout=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -359,6 +359,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--workers", type=int, nargs="+", default=[4], help="front-end processes per run (0: one)")
     p.add_argument("--load-procs", type=int, default=4, help="processes generating the load")
+    p.add_argument("--chat-share", type=float, default=0.5, help="the server's --chat-share (mixed loads)")
     p.add_argument(
         "--loads", nargs="+", default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"]
     )
@@ -376,6 +377,7 @@ def main() -> None:
         "arch": args.arch,
         "spec": args.spec,
         "batch": args.batch,
+        "chat_share": args.chat_share,
         "seconds": args.seconds,
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor(),
         "cpus": os.cpu_count(),
