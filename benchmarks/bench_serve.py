@@ -138,6 +138,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="length of each run")
     p.add_argument("--offline-texts", type=int, default=64, help="texts per offline measurement")
     p.add_argument("--rounds", type=int, default=3, help="offline and served rounds alternate this many times")
+    p.add_argument("--chat-share", type=float, default=0.5, help="the server's --chat-share (the mixed run)")
     args = p.parse_args()
 
     from nosink.cli.inputs import model_path
@@ -173,6 +174,7 @@ def main() -> None:
 
     port = free_port()
     cmd = [sys.executable, "-m", "nosink.cli", "serve", path, "--spec", args.spec, "--port", str(port), "--name", "m"]
+    cmd += ["--chat-share", str(args.chat_share)]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
@@ -216,7 +218,8 @@ def main() -> None:
           f"Python {platform.python_version()}; load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")  # fmt: skip
     print(f"{args.clients} embedding clients x {args.texts} text(s) per request; mixed run adds "
-          f"{args.chat_clients} chat clients x {args.max_tokens} greedy tokens\n")  # fmt: skip
+          f"{args.chat_clients} chat clients x {args.max_tokens} greedy tokens; "
+          f"--chat-share {args.chat_share:g}\n")  # fmt: skip
     print(f"offline encode(): {offline:.2f} texts/s overall ({args.offline_texts} texts per measurement, "
           f"batch_size 32; before, between and after the served rounds: {rates})")  # fmt: skip
     print(f"'embeddings only' alternates {args.rounds} rounds with those measurements; 'mixed' is one run\n")
