@@ -127,6 +127,15 @@ def row(name: str, latencies: list[float], elapsed: float, per_request: int, off
             f"{1000 * statistics.median(latencies):8.0f} {1000 * percentile(latencies, 0.99):8.0f}")  # fmt: skip
 
 
+def _health(port: int) -> dict:
+    """The server's ``/health`` counters (the engine's milliseconds in chat steps and embedding batches)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=60) as answer:
+        return json.loads(answer.read())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="demo", help="hub id, folder, or 'demo' (the cached SmolLM2 copy)")
@@ -200,7 +209,10 @@ def main() -> None:
         offline_rate()
         embed = {"embed": [x for r in rounds for x in r["embed"]], "errors": [x for r in rounds for x in r["errors"]],
                  "elapsed": sum(r["elapsed"] for r in rounds)}  # fmt: skip
+        before = _health(port)
         mixed = load(base_url, "m", args.seconds, args.clients, texts, args.texts, args.chat_clients, args.max_tokens)
+        after = _health(port)
+        engine_ms = {k: after[k] - before[k] for k in ("chat_ms", "embedding_ms")}
         offline_rate()
         peak = status(server.pid, "VmHWM")
         anon, mapped = status(server.pid, "RssAnon"), status(server.pid, "RssFile")
@@ -230,6 +242,10 @@ def main() -> None:
     print(row("mixed: chat", mixed["chat"], mixed["elapsed"], 0, None))
     if mixed["chat"]:
         print(f"{'':<28} chat: {len(mixed['chat']) * args.max_tokens / mixed['elapsed']:.1f} generated tokens/s")
+    busy = engine_ms["chat_ms"] + engine_ms["embedding_ms"]
+    print(f"engine in the mixed run: {engine_ms['chat_ms']} ms of chat steps, {engine_ms['embedding_ms']} ms of "
+          f"embedding batches: chats {engine_ms['chat_ms'] / max(busy, 1):.2f} of its busy time "
+          f"(--chat-share {args.chat_share:g}; the share holds while both kinds wait)")  # fmt: skip
     errors = embed["errors"] + mixed["errors"]
     print(f"\nerrors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     print(f"\nmodel parameters: {params / 2**20:.1f} MiB (unique tensors; the LM head is tied to the embeddings)")
