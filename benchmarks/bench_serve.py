@@ -127,8 +127,8 @@ def row(name: str, latencies: list[float], elapsed: float, per_request: int, off
             f"{1000 * statistics.median(latencies):8.0f} {1000 * percentile(latencies, 0.99):8.0f}")  # fmt: skip
 
 
-def _health(port: int) -> dict:
-    """The server's ``/health`` counters (the engine's milliseconds in chat steps and embedding batches)."""
+def health(port: int) -> dict:
+    """The server's ``/health`` counters (batches, texts, the engine's milliseconds in chat steps and batches)."""
     import json
     import urllib.request
 
@@ -209,9 +209,9 @@ def main() -> None:
         offline_rate()
         embed = {"embed": [x for r in rounds for x in r["embed"]], "errors": [x for r in rounds for x in r["errors"]],
                  "elapsed": sum(r["elapsed"] for r in rounds)}  # fmt: skip
-        before = _health(port)
+        before = health(port)
         mixed = load(base_url, "m", args.seconds, args.clients, texts, args.texts, args.chat_clients, args.max_tokens)
-        after = _health(port)
+        after = health(port)
         engine_ms = {k: after[k] - before[k] for k in ("chat_ms", "embedding_ms")}
         offline_rate()
         peak = status(server.pid, "VmHWM")

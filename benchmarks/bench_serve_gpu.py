@@ -286,14 +286,6 @@ def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path
     return server, port
 
 
-def health(port: int) -> dict:
-    """The server's ``/health`` counters."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=60) as answer:
-        return json.loads(answer.read())
-
-
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) that process ``pid`` has used so far, all its threads; 0 if it is gone."""
     try:
@@ -370,7 +362,7 @@ def main() -> None:
     import torch
     import transformers as tf
     from bench_encoder import ARCHS
-    from bench_serve import corpus
+    from bench_serve import corpus, health
 
     texts = corpus(args.texts)
     report: dict = {
