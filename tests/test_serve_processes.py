@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import signal
+import threading
 import time
 import urllib.request
 
@@ -180,11 +181,107 @@ def test_one_unit_of_work_answers_each_front_end_in_one_message():
         job.future.set_result(np.full((1, 2), k, dtype=np.float32))
     assert not front_end.poll()  # held back until the unit of work is over ...
     inbox.take(0.0)
-    message = front_end.recv()  # ... then one message for the three
-    assert message[0] == "many" and [m[:2] for m in message[2]] == [("vectors", 0), ("vectors", 1), ("vectors", 2)]
+    message = front_end.recv()  # ... then one message for the three, their vectors one array
+    assert message[0] == "stacked" and message[2][:2] == ([0, 1, 2], [1, 1, 1])
+    assert message[2][2].tolist() == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
     assert not front_end.poll()
     remote._handle(*message)
     assert [job.future.result()[0, 0] for job in jobs] == [0.0, 1.0, 2.0] and remote.jobs == {}
     inbox.peers[0].send(("health", 9, {"waiting": 0}))  # a lone message goes as it is, not wrapped
     inbox.flush()
     assert front_end.recv() == ("health", 9, {"waiting": 0})
+
+
+def test_answers_of_one_unit_keep_every_request_apart():
+    # Requests of several inputs, one that failed and a chat's event in one unit of work: the vectors of the
+    # requests that have them travel as one array, the rest beside it, and each request gets exactly its own.
+    import multiprocessing
+
+    from nosink.models.texts import Tokenized
+    from nosink.serve.jobs import ChatJob, EmbedJob, Reply, Sampling
+    from nosink.serve.processes import PipeInbox, RemoteEngine
+
+    class Engine:
+        def check(self, job):
+            pass
+
+        def cancel(self, job):
+            job.cancelled = True
+
+    inbox = PipeInbox(Engine())
+    model_end, front_end = multiprocessing.Pipe()
+    inbox.attach(model_end, lambda why: None)
+    sizes = [2, 1, 3, 1]
+    jobs = [
+        EmbedJob(Tokenized(prefix_ids=[[1]] * n, text_ids=[[5 + i]] * n, suffix_ids=None)) for i, n in enumerate(sizes)
+    ]
+    events = []
+    chat = ChatJob([1, 5], Sampling(4, 0.0, 1.0, (), None), events.append)
+    remote = RemoteEngine(front_end, most=8)
+    for i, job in enumerate([*jobs, chat]):
+        remote.jobs[i], remote.idents[id(job)] = job, i
+        front_end.send(("job", i, job))
+    taken = []
+    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
+    while len(taken) < 5 and time.monotonic() < deadline:
+        taken += inbox.take(1.0)
+    crossed = [job for job in taken if isinstance(job, EmbedJob)]
+    assert [type(job.future) for job in crossed] == [Reply] * 4  # answered without a future's lock
+    assert [job.lengths for job in crossed] == [[2] * n for n in sizes]  # counted by the front-end, sent along
+    for k, job in enumerate(crossed):
+        job.future.set_running_or_notify_cancel()
+        if k == 2:
+            job.future.set_exception(RuntimeError("no room"))
+        else:
+            job.future.set_result(np.arange(len(job) * 3, dtype=np.float32).reshape(len(job), 3) + 100 * k)
+    next(job for job in taken if isinstance(job, ChatJob)).emit(("token", "hi"))
+    inbox.take(0.0)
+    message = front_end.recv()
+    assert message[0] == "many" and sorted(m[0] for m in message[2]) == ["event", "failed", "stacked"]
+    remote._handle(*message)
+    for k, job in enumerate(jobs):
+        if k == 2:
+            with pytest.raises(RuntimeError, match="no room"):
+                job.future.result()
+        else:
+            expected = np.arange(sizes[k] * 3, dtype=np.float32).reshape(sizes[k], 3) + 100 * k
+            assert np.array_equal(job.future.result(), expected)
+    assert events == [("token", "hi")] and list(remote.jobs) == [4]  # the chat goes on
+
+
+def test_a_front_end_whose_pipe_ends_has_its_jobs_cancelled_after_its_last_messages():
+    # Messages read in bulk: those sent just before the front-end went are still taken, then its jobs are cancelled.
+    import multiprocessing
+
+    from nosink.models.texts import Tokenized
+    from nosink.serve.jobs import EmbedJob
+    from nosink.serve.processes import PipeInbox
+
+    cancelled = []
+
+    class Engine:
+        def check(self, job):
+            pass
+
+        def cancel(self, job):
+            cancelled.append(job)
+
+    inbox = PipeInbox(Engine())
+    model_end, front_end = multiprocessing.Pipe()
+    inbox.attach(model_end, lambda why: None)
+    long = EmbedJob(Tokenized(prefix_ids=[[1]], text_ids=[list(range(200_000))], suffix_ids=None))  # > one read
+
+    def send():  # in a thread: the long message fills the pipe until the inbox reads it
+        front_end.send(("job", 0, long))
+        front_end.send(("job", 1, EmbedJob(Tokenized(prefix_ids=[[1]], text_ids=[[7]], suffix_ids=None))))
+        front_end.close()
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    taken = []
+    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
+    while (inbox.peers or not taken) and time.monotonic() < deadline:
+        taken += inbox.take(1.0)
+    sender.join(timeout=60)
+    assert [len(job.tokens.text_ids[0]) for job in taken] == [200_000, 1]
+    assert cancelled == taken and inbox.peers == []

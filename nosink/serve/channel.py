@@ -27,6 +27,35 @@ def frame(message: Any) -> bytes:
     return struct.pack("!i", len(data)) + data
 
 
+class Frames:
+    """Bytes read from a pipe's socket, cut into the messages :func:`frame` (or a ``Connection``) framed."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        """Add bytes just read."""
+        self.buf += chunk
+
+    def messages(self) -> list[Any]:
+        """Every whole message read so far, unpickled, in order (a partial one waits for its rest)."""
+        buf, at, out = self.buf, 0, []
+        while len(buf) - at >= 4:
+            (size,) = struct.unpack_from("!i", buf, at)
+            head = 4
+            if size == -1:
+                if len(buf) - at < 12:
+                    break
+                (size,) = struct.unpack_from("!Q", buf, at + 4)
+                head = 12
+            if len(buf) - at - head < size:
+                break
+            out.append(pickle.loads(memoryview(buf)[at + head : at + head + size]))
+            at += head + size
+        del buf[:at]
+        return out
+
+
 class Channel:
     """Messages to and from the model's process over ``conn``'s socket, in ``loop``.
 
@@ -48,7 +77,7 @@ class Channel:
         conn.close()
         self.sock.setblocking(False)
         self.loop, self.receive, self.lost = loop, receive, lost
-        self.incoming = bytearray()
+        self.incoming = Frames()
         self.outgoing = bytearray()
         self.lock = threading.Lock()  # send() may be called off the loop (a health question)
         self.writing = False
@@ -114,31 +143,14 @@ class Channel:
                 if not chunk:
                     self._gone()
                     return
-                self.incoming += chunk
+                self.incoming.feed(chunk)
         except BlockingIOError:
             pass
         except OSError:
             self._gone()
             return
-        self._messages()
-
-    def _messages(self) -> None:
-        buf = self.incoming
-        at = 0
-        while len(buf) - at >= 4:
-            (size,) = struct.unpack_from("!i", buf, at)
-            head = 4
-            if size == -1:
-                if len(buf) - at < 12:
-                    break
-                (size,) = struct.unpack_from("!Q", buf, at + 4)
-                head = 12
-            if len(buf) - at - head < size:
-                break
-            message = pickle.loads(memoryview(buf)[at + head : at + head + size])
-            at += head + size
+        for message in self.incoming.messages():
             self.receive(message)
-        del buf[:at]
 
     def _gone(self) -> None:
         if not self.closed:

@@ -88,7 +88,8 @@ class Batches:
     ) -> None:
         self.encoder, self.limits, self.stats = encoder, limits, stats
         self.plans = dict(plans or {})
-        self.waiting: list[EmbedJob] = []
+        self.waiting: deque[EmbedJob] = deque()
+        self.texts = 0  # inputs of the waiting requests
         self.chunks: deque[Rows] = deque()  # gathered rows, one batch each
         self.deadline: float | None = None  # when the oldest waiting request stops waiting
         self.settle = 0.0  # before then, a small gathering waits for the requests the last batch answered
@@ -108,6 +109,7 @@ class Batches:
         if not self.waiting:
             self.deadline = job.arrived + self.limits.batch_wait_ms / 1000
         self.waiting.append(job)
+        self.texts += len(job)
 
     def wait(self) -> float | None:
         """Seconds until a batch is due (0: now, or a batch in flight to answer), or None if nothing waits."""
@@ -128,8 +130,7 @@ class Batches:
             return False
         if self.in_flight is not None:
             return True
-        count = sum(len(job) for job in self.waiting)
-        enough = count >= max(self.limits.batch_texts, self.limits.batch_size)
+        enough = self.texts >= max(self.limits.batch_texts, self.limits.batch_size)
         back = 0 < self.answered <= len(self.waiting)
         return enough or back or time.monotonic() >= max(self.deadline or 0.0, self.settle)
 
@@ -137,7 +138,7 @@ class Batches:
         """Every request not answered yet."""
         flying = [self.in_flight.rows] if self.in_flight is not None else []
         gathered = {id(job): job for rows in [*self.chunks, *flying] for row in rows for job, _ in row.wants}
-        return self.waiting + list(gathered.values())
+        return list(self.waiting) + list(gathered.values())
 
     def step(self) -> None:
         """Launch one batch of gathered texts (first gathering the waiting requests if no batch is left), then answer
@@ -163,7 +164,8 @@ class Batches:
         length (see the module docstring)."""
         jobs, count, most = [], 0, max(self.limits.batch_texts, self.limits.batch_size)
         while self.waiting and (not jobs or count + len(self.waiting[0]) <= most):
-            job = self.waiting.pop(0)
+            job = self.waiting.popleft()
+            self.texts -= len(job)
             if job.cancelled or not job.future.set_running_or_notify_cancel():
                 self.stats["dropped"] += 1  # its client is gone: not computed
                 continue
