@@ -19,7 +19,8 @@ It prints one markdown table per ``--workers`` value (front-end processes; 0: on
 the ratio to offline, p50/p99 latency and errors, and from the server's ``/health`` counters the rows a
 batch, how busy the engine was, an embedding request's mean time in the model's process against its mean
 latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
-batches that replayed one; it writes the raw numbers as JSON (``--json``).
+batches that replayed one; it writes the raw numbers as JSON (``--json``). With ``--py-spy PATH`` it samples
+the model's process during each load and prints where it held the interpreter lock.
 """
 
 from __future__ import annotations
@@ -357,6 +358,13 @@ def main() -> None:
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        help="a py-spy executable: sample the model's process during each load (where its CPU goes)",
+    )
+    p.add_argument("--profile-dir", type=Path, default=Path("."), help="where --py-spy's raw samples are written")
     args = p.parse_args()
     sys.path.insert(0, str(HERE))
     import torch
@@ -399,6 +407,10 @@ def main() -> None:
                 rows = {}
                 for load in loads:
                     embed, per, chats = _load(load)
+                    spy = None
+                    if args.py_spy is not None:
+                        raw = args.profile_dir / f"py-spy-{workers}-{load.replace(' ', '')}.txt"
+                        spy = sample(args.py_spy, server.pid, args.seconds, raw)
                     before, started, cpu = health(port), time.perf_counter(), cpu_now(server.pid)
                     rows[load] = drive(
                         port,
@@ -438,6 +450,8 @@ def main() -> None:
                         1, batches
                     )
                     print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
+                    if spy is not None:
+                        print(spy_summary(spy, raw, load, args.seconds), flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
             except BaseException:
                 print(f"server log tail:\n{log.read_text()[-3000:]}", flush=True)
@@ -450,6 +464,53 @@ def main() -> None:
             print(f"server log tail:\n{log.read_text()[-600:]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
+
+
+SPY_RATE = 250  # py-spy samples a second
+
+
+def sample(py_spy: Path, pid: int, seconds: float, raw: Path) -> subprocess.Popen:
+    """Start py-spy sampling process ``pid`` while it holds the interpreter lock (the model's process: where its
+    CPU goes), for ``seconds``, into ``raw`` (py-spy's raw format: one stack a line and its count)."""
+    command = [str(py_spy), "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(SPY_RATE)]
+    command += ["--gil", "--threads", "--nonblocking", "-f", "raw", "-o", str(raw)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def spy_summary(spy: subprocess.Popen, raw: Path, load: str, seconds: float, top: int = 25) -> str:
+    """Where the model's process spent its time holding the interpreter lock, from py-spy's samples: the share
+    of the sampled time per thread, then per function (its own time, and with what it calls)."""
+    try:
+        _, err = spy.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        return f"py-spy ({load}): did not finish"
+    if spy.returncode != 0 or not raw.exists():
+        return f"py-spy ({load}): failed ({spy.returncode}): {err.strip()[:300]}"
+    stacks = []
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        stacks.append((stack.split(";"), int(count)))
+    total = sum(n for _, n in stacks)
+    if not total:
+        return f"py-spy ({load}): no samples"
+    threads: dict[str, int] = {}
+    own: dict[str, int] = {}
+    within: dict[str, int] = {}
+    for frames, n in stacks:
+        threads[frames[0]] = threads.get(frames[0], 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in set(frames[1:]):
+            within[frame] = within.get(frame, 0) + n
+    held = total / (SPY_RATE * max(1, round(seconds)))
+    lines = [f"\npy-spy ({load}): {total} samples, the interpreter lock held {held:.0%} of the time; by thread:"]
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in sorted(threads.items(), key=lambda x: -x[1])]
+    lines.append("by function, own time:")
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in sorted(own.items(), key=lambda x: -x[1])[:top]]
+    lines.append("by function, with what it calls (nosink's and torch's):")
+    ours = [(name, n) for name, n in within.items() if "nosink" in name or "torch" in name]
+    lines += [f"  {n / total:6.1%}  {name}" for name, n in sorted(ours, key=lambda x: -x[1])[:top]]
+    return "\n".join(lines)
 
 
 def _load(name: str) -> tuple[int, int, int]:
