@@ -70,3 +70,24 @@ def test_an_embedding_job_crosses_as_its_tokens_alone():
     assert crossed.tokens == Tokenized(prefix_ids=[[1], [1, 9]], text_ids=[[5, 6], [7]], suffix_ids=[[3], []])
     assert crossed.config == "early" and crossed.lengths == [4, 3] == tokens.lengths
     assert isinstance(crossed.future, Reply) and not crossed.cancelled and crossed.vectors is None
+
+
+def test_the_start_up_heap_is_left_out_of_collections_while_serving():
+    import gc
+    import weakref
+
+    from nosink.serve.heap import frozen_heap
+
+    class Node:
+        pass
+
+    node = Node()
+    node.me = node  # a cycle made before the block: frozen with the rest
+    alive = weakref.ref(node)
+    with frozen_heap():
+        assert gc.get_freeze_count() > 1000  # the interpreter's, torch's and transformers' objects
+        del node
+        gc.collect()
+        assert alive() is not None  # a full collection inside the block does not look at the frozen heap
+    gc.collect()
+    assert alive() is None and gc.get_freeze_count() == 0  # after it, the cycle is freed as usual

@@ -5,6 +5,7 @@
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nosink.checks import printable
+from nosink.serve.heap import frozen_heap
 from nosink.serve.limits import ApiError, Limits
 
 # A request's head (request line and headers) is refused past this many bytes: h11's limit and uvicorn's default,
@@ -314,13 +316,20 @@ def run(
 
         serve_front_ends(app, workers, host, sockets, log_level, on_started)
         return
-    try:
-        server = _server(app, host, sockets, log_level, on_started)
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    server.serve_until_stopped()
+    with contextlib.ExitStack() as frozen:
+
+        def started(url: str) -> None:
+            frozen.enter_context(frozen_heap())  # the model, warmed up: out of every full collection while serving
+            if on_started is not None:
+                on_started(url)
+
+        try:
+            server = _server(app, host, sockets, log_level, started)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        server.serve_until_stopped()
     if not server.started:  # stopped before it started (uvicorn.run exits with status 3 here)
         raise OSError("the server did not start")
 

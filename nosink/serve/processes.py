@@ -39,6 +39,7 @@ import numpy as np
 
 from nosink.serve.channel import Channel, Frames
 from nosink.serve.engine import Engine, Inbox
+from nosink.serve.heap import frozen_heap
 from nosink.serve.jobs import ChatJob, EmbedJob
 from nosink.serve.limits import ApiError, Limits
 from nosink.serve.served import Served
@@ -383,7 +384,8 @@ def _front_end(served: Served, conn: Connection, sockets: list[socket.socket], h
     app = build_app(dataclasses.replace(served, limits=limits), engine)
     server = _server(app, host, sockets, log_level, lambda url: engine.announce(None))
     try:
-        server.serve_until_stopped()
+        with frozen_heap():  # torch, transformers and the tokenizer: out of every full collection while serving
+            server.serve_until_stopped()
     except OSError as err:
         engine.announce(str(err))
         raise SystemExit(1) from None
@@ -502,7 +504,8 @@ def serve_front_ends(
         ends.start()
         if on_started is not None:
             on_started(_url(host, sockets))
-        ends.wait()
+        with frozen_heap():  # the model and its warm-up: out of every full collection while serving
+            ends.wait()
     finally:
         ends.stop()
         for sig, handler in previous.items():
