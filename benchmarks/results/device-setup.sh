@@ -9,8 +9,10 @@ rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r nosink /tmp/pkg/nosink
 for d in layerspec models corpus evals; do cp -r $d /tmp/pkg/nosink/$d; done
 export PYTHONPATH=/tmp/pkg:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 
-# The package of an earlier commit (a `git archive` of it in .gpu/old) laid out in /tmp/pkgold as /tmp/pkg is.
+# The package of an earlier commit (a `git archive` of it in .gpu/old, or in the folder given) laid out in /tmp/pkgold
+# (or /tmp/pkg<the folder's name>) as /tmp/pkg is.
 old_package() {
-    rm -rf /tmp/pkgold && mkdir -p /tmp/pkgold && cp -r .gpu/old/nosink /tmp/pkgold/nosink
-    for d in layerspec models corpus evals; do cp -r ".gpu/old/$d" "/tmp/pkgold/nosink/$d"; done
+    local from=${1:-.gpu/old} to=/tmp/pkg$(basename "${1:-.gpu/old}")
+    rm -rf "$to" && mkdir -p "$to" && cp -r "$from/nosink" "$to/nosink"
+    for d in layerspec models corpus evals; do cp -r "$from/$d" "$to/nosink/$d"; done
 }
