@@ -72,13 +72,21 @@ def build(arch: str, tokenizer_dir: str, folder: Path, dtype: str, device: str) 
 
 
 def offline(folder: Path, spec: str, texts: list[str], batch: int, dtype: str, device: str, repeats: int) -> dict:
-    """Texts/s of ``encode()`` on ``texts`` (median of ``repeats`` passes after a warm-up)."""
+    """Texts/s of ``encode()`` on ``texts``: the median of ``repeats`` passes after two whole passes as warm-up.
+
+    The warm-up is two passes over the whole of ``texts``, as ``bench_texts_gpu.py``'s: on a GPU the encoder
+    captures a CUDA graph for a bucket of rows and length at its second batch. Up to d9f6f62's results this
+    warm-up was 4 batches, so 2 of the 3 timed passes still captured graphs, and their median (the second pass:
+    6,900-11,800 texts/s where the third gave 10,300-16,900 on the Qwen2.5-0.5B shape) understated offline speed:
+    every served / offline ratio since the graphs was too high (see ``results/serve-gpu-10/README.md``).
+    """
     import torch
 
     from nosink import EncoderFromDecoder
 
     encoder = EncoderFromDecoder.from_pretrained(str(folder), spec=spec, dtype=dtype, device=device)
-    encoder.encode(texts[: batch * 4], batch_size=batch, show_progress_bar=False)
+    for _ in range(2):
+        encoder.encode(texts, batch_size=batch, normalize_embeddings=True, show_progress_bar=False)
     times = []
     for _ in range(repeats):
         torch.cuda.synchronize() if device.startswith("cuda") else None
@@ -397,7 +405,11 @@ def main() -> None:
             f"`{args.spec}`, {report['device']}, batch {args.batch}\n",
             flush=True,
         )
-        print(f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text)\n")
+        passes = ", ".join(f"{len(texts) / t:,.0f}" for t in report["offline"]["passes_s"])
+        print(
+            f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text; "
+            f"the median of passes at {passes} texts/s, after two whole passes as warm-up)\n"
+        )
         for workers in args.workers:
             loads = args.loads if workers == args.workers[0] else args.compare_loads
             log = Path(tmp) / f"server-{workers}.log"
