@@ -75,7 +75,7 @@ def offline(folder: Path, spec: str, texts: list[str], batch: int, dtype: str, d
     """Texts/s of ``encode()`` on ``texts``: the median of ``repeats`` passes after two whole passes as warm-up.
 
     The warm-up is two passes over the whole of ``texts``, as ``bench_texts_gpu.py``'s: on a GPU the encoder
-    captures a CUDA graph for a bucket of rows and length at its second batch. Up to d9f6f62's results this
+    captures a CUDA graph for a bucket of rows and length at its second batch. Up to serve-gpu-10's runs this
     warm-up was 4 batches, so 2 of the 3 timed passes still captured graphs, and their median (the second pass:
     6,900-11,800 texts/s where the third gave 10,300-16,900 on the Qwen2.5-0.5B shape) understated offline speed:
     every served / offline ratio since the graphs was too high (see ``results/serve-gpu-10/README.md``).

@@ -1,12 +1,15 @@
-"""A front-end's end of its pipe to the model's process, read and written by an event loop without blocking.
+"""The pipes between the front-ends and the model's process: their framing, and a front-end's end of one.
 
-The model's process uses a plain :class:`multiprocessing.connection.Connection`; this end speaks the same
-framing (a 4-byte big-endian length, or -1 and an 8-byte length, then the pickled message) on the same
-socket, made non-blocking. Writes are buffered and flushed as the socket takes them, so a front-end never
-blocks on a model's process that is busy sending it answers, and neither side can wait on the other.
+Both ends speak :class:`multiprocessing.connection.Connection`'s framing (a 4-byte big-endian length, or -1 and
+an 8-byte length, then the pickled message). The model's process writes with a plain ``Connection`` and reads
+in bulk (:class:`Frames` over every byte that has come, see :mod:`nosink.serve.processes`); a front-end's end
+(:class:`Channel`) reads and writes the same socket, made non-blocking, from its event loop. Writes are
+buffered and flushed as the socket takes them, so a front-end never blocks on a model's process that is busy
+sending it answers, and neither side can wait on the other.
 """
 
 import asyncio
+import logging
 import os
 import pickle
 import socket
@@ -17,6 +20,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 _BIG = 0x7FFFFFFF
+
+logger = logging.getLogger(__name__)
 
 
 def frame(message: Any) -> bytes:
@@ -38,7 +43,11 @@ class Frames:
         self.buf += chunk
 
     def messages(self) -> list[Any]:
-        """Every whole message read so far, unpickled, in order (a partial one waits for its rest)."""
+        """Every whole message read so far, unpickled, in order (a partial one waits for its rest).
+
+        A message that cannot be unpickled is logged and skipped: it is consumed like any other, so it can
+        neither be read again nor hold back the messages after it.
+        """
         buf, at, out = self.buf, 0, []
         while len(buf) - at >= 4:
             (size,) = struct.unpack_from("!i", buf, at)
@@ -50,8 +59,11 @@ class Frames:
                 head = 12
             if len(buf) - at - head < size:
                 break
-            out.append(pickle.loads(memoryview(buf)[at + head : at + head + size]))
-            at += head + size
+            start, at = at + head, at + head + size
+            try:
+                out.append(pickle.loads(memoryview(buf)[start:at]))
+            except Exception:
+                logger.exception("a message on a pipe could not be read (%d bytes); it is skipped", size)
         del buf[:at]
         return out
 

@@ -5,8 +5,8 @@ A job crosses to another process (a front-end hands it to the model's process) a
 callback or decoding state, which each side keeps its own.
 An embedding job that crossed is answered through a :class:`Reply`, not a :class:`concurrent.futures.Future`:
 in the model's process one thread reads the pipes, runs the engine and answers, so the future's lock (a
-condition and a lock built per request) would be pure cost, about a fifth of that process's work per request
-on short requests (measured with py-spy, see ``benchmarks/results/serve-host``).
+condition and a lock built per request) would be pure cost, about a fifth of that process's work on short
+requests (sampled by py-spy, see ``benchmarks/results/serve-gpu-10``).
 """
 
 import concurrent.futures
@@ -48,8 +48,9 @@ class EmbedJob:
         return len(self.tokens)
 
     def __reduce__(self) -> tuple:
-        # Flat, and the tokens without their offsets (the engine reads none): reading a job back took 10.5 us as
-        # the dataclasses themselves, 1.2 us as this tuple (the model's process reads every request).
+        # Flat, and the tokens without their offsets (the engine reads none): reading a job back took about 10.5 us
+        # as the dataclasses themselves, about 5-7 us as this tuple with the job built (the model's process reads
+        # every request).
         tokens = self.tokens
         return _arrive, (tokens.prefix_ids, tokens.text_ids, tokens.suffix_ids, self.config, self.lengths)
 
@@ -107,8 +108,8 @@ class Reply:
     :class:`concurrent.futures.Future` (the same states, errors and callbacks), without its lock.
 
     A reply is pending, then running, cancelled or finished (with a result or an exception), as a future is;
-    :meth:`result` and :meth:`exception` never wait: asked before the reply is finished, they raise
-    :class:`concurrent.futures.InvalidStateError`.
+    :meth:`result` and :meth:`exception` take no timeout and never wait: asked before the reply is finished,
+    they raise :class:`concurrent.futures.InvalidStateError`.
     """
 
     __slots__ = ("_callbacks", "_error", "_state", "_value")

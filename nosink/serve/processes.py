@@ -40,7 +40,7 @@ import numpy as np
 from nosink.serve.channel import Channel, Frames
 from nosink.serve.engine import Engine, Inbox
 from nosink.serve.heap import frozen_heap
-from nosink.serve.jobs import ChatJob, EmbedJob
+from nosink.serve.jobs import ChatJob, EmbedJob, Reply
 from nosink.serve.limits import ApiError, Limits
 from nosink.serve.served import Served
 
@@ -137,7 +137,7 @@ class RemoteEngine:
         return job
 
     def _handle(self, kind: str, ident: int, payload: Any) -> None:
-        if kind == "many":  # the answers of one unit of the engine's work, in the order it gave them
+        if kind == "many":  # the answers of one unit of the engine's work (vectors stacked last, see _stack)
             for message in payload:
                 self._handle(*message)
         elif kind == "stacked":  # several requests' vectors, one array (see _stack)
@@ -192,8 +192,10 @@ class _Peer:
         self.jobs: dict[int, EmbedJob | ChatJob] = {}
         self.held: list[tuple] = []
         # The pipe's socket, read in bulk: one call takes every message that has come (a Connection's poll() and
-        # recv() are three system calls a message). Writes still go through the Connection (blocking).
+        # recv() are three system calls a message). Writes still go through the Connection, blocking: the socket
+        # shares its file description, which must stay blocking (settimeout(None), whatever the default timeout).
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(conn.fileno()))
+        self.sock.settimeout(None)
         self.frames = Frames()
 
     def read(self) -> list[tuple]:
@@ -208,7 +210,7 @@ class _Peer:
                 if not chunk:
                     messages = self.frames.messages()
                     if messages:
-                        return messages  # the rest next time, then the end
+                        return messages  # the end is seen again at the next read (only a partial frame is left)
                     raise EOFError
                 self.frames.feed(chunk)
         except BlockingIOError:
@@ -254,22 +256,38 @@ class PipeInbox(Inbox):
         self.added: list[_Peer] = []  # attached by another thread, joined at the next take()
         self.lock = threading.Lock()
         self.wake_r, self.wake_w = multiprocessing.Pipe(duplex=False)
+        self.closed = False
         self.selector = selectors.DefaultSelector()  # every pipe, registered once (not per wait)
         self.selector.register(self.wake_r.fileno(), selectors.EVENT_READ, None)
 
     def attach(self, conn: Connection, ready: Callable[[str | None], None]) -> None:
-        """Serve the front-end at the other end of ``conn``; ``ready(None)`` once it serves, ``ready(why)`` if not."""
+        """Serve the front-end at the other end of ``conn`` (an end of a duplex ``multiprocessing.Pipe()``: a socket
+        pair, read here through its socket); ``ready(None)`` once it serves, ``ready(why)`` if not."""
         with self.lock:
             self.added.append(_Peer(conn, ready))
         self.wake_w.send_bytes(b"")
 
     def put(self, item: object) -> None:
         super().put(item)
-        self.wake_w.send_bytes(b"")
+        if not self.closed:  # a stop asked again after close(): the engine's thread is gone already
+            self.wake_w.send_bytes(b"")
 
     def flush(self) -> None:
         for peer in self.peers:
             peer.flush()
+
+    def close(self) -> None:
+        """Close every pipe, the wake-up pipe and the selector (once the engine has stopped; again: a no-op)."""
+        if self.closed:
+            return
+        self.closed = True
+        with self.lock:
+            peers, self.peers, self.added = self.peers + self.added, [], []
+        for peer in peers:
+            peer.close()
+        self.selector.close()
+        self.wake_r.close()
+        self.wake_w.close()
 
     def take(self, timeout: float | None) -> list:
         self.flush()  # the last unit of work's answers, before waiting for more
@@ -287,7 +305,12 @@ class PipeInbox(Inbox):
                 continue
             try:
                 for message in peer.read():
-                    job = self._handle(peer, *message)
+                    try:
+                        job = self._handle(peer, *message)
+                    except Exception as err:  # one message's fault: the others are still handled
+                        logger.exception("model's process: a front-end's message could not be handled")
+                        _refuse(peer, message, err)
+                        continue
                     if job is not None:
                         items.append(job)
             except (EOFError, OSError):  # the front-end is gone: so are its clients
@@ -325,6 +348,16 @@ class PipeInbox(Inbox):
         return None
 
 
+def _refuse(peer: _Peer, message: tuple, err: Exception) -> None:
+    """Answer a job whose message could not be handled with an error (a message of another kind needs none)."""
+    kind, ident, payload = message if isinstance(message, tuple) and len(message) == 3 else (None, None, None)
+    if kind != "job":
+        return
+    why = f"the model's process could not take this request ({type(err).__name__})"
+    chat = isinstance(payload, ChatJob)
+    peer.send(("event", ident, ("error", why)) if chat else ("failed", ident, RuntimeError(why)))
+
+
 def _stack(messages: list[tuple]) -> list[tuple]:
     """``messages`` with their ``("vectors", ident, array)`` answers of one width as one
     ``("stacked", 0, (idents, counts, arrays stacked))``: one array pickled rather than one per request (about
@@ -337,7 +370,7 @@ def _stack(messages: list[tuple]) -> list[tuple]:
     return [*rest, ("stacked", 0, (idents, counts, np.concatenate([m[2] for m in vectors])))]
 
 
-def _answer(peer: _Peer, ident: int, future: concurrent.futures.Future) -> None:
+def _answer(peer: _Peer, ident: int, future: concurrent.futures.Future | Reply) -> None:
     """Send an embedding job's vectors (or its error) back to its front-end."""
     peer.jobs.pop(ident, None)
     if not future.cancelled():
@@ -472,6 +505,8 @@ class FrontEnds:
                 process.kill()
                 process.join(timeout=5)
         self.engine.stop()
+        if not self.engine.thread.is_alive():  # (an engine that did not stop in time keeps its pipes)
+            self.inbox.close()
         for sock in self.sockets:
             sock.close()
 
@@ -502,9 +537,9 @@ def serve_front_ends(
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         ends.start()
-        if on_started is not None:
-            on_started(_url(host, sockets))
         with frozen_heap():  # the model and its warm-up: out of every full collection while serving
+            if on_started is not None:
+                on_started(_url(host, sockets))
             ends.wait()
     finally:
         ends.stop()
