@@ -3,7 +3,7 @@
 A process that imports torch and transformers holds about 385,000 objects the cyclic garbage collector
 tracks (modules, functions, classes, the model's modules) before it serves a request. Serving allocates
 fast, and objects that live a few milliseconds (a request's job, its rows) survive the young collections,
-so every few thousand requests the collector runs a full collection over the whole heap: 2-3 in an 8 s run
+so every few thousand requests the collector runs a full collection over the whole heap: 2-4 in an 8 s run
 of the engine probe on this project's CPU machine, about 200 ms each, during which the process serves
 nothing (``benchmarks/results/serve-gpu-10``). Frozen, the start-up heap is left out of every collection (a
 full one then took 0.2 ms there). vLLM's engine does the same after loading its model.

@@ -5,8 +5,8 @@ A job crosses to another process (a front-end hands it to the model's process) a
 callback or decoding state, which each side keeps its own.
 An embedding job that crossed is answered through a :class:`Reply`, not a :class:`concurrent.futures.Future`:
 in the model's process one thread reads the pipes, runs the engine and answers, so the future's lock (a
-condition and a lock built per request) would be pure cost, about a fifth of that process's work on short
-requests (sampled by py-spy, see ``benchmarks/results/serve-gpu-10``).
+condition and a lock built per request) would be pure cost: 13% of that process's time holding the interpreter
+lock on one-text requests (sampled by py-spy, see ``benchmarks/results/serve-gpu-10``).
 """
 
 import concurrent.futures

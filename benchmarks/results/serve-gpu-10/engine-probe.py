@@ -1,9 +1,10 @@
 """The model's process's own cost per embedding request, the forward stubbed.
 
-The real Engine and PipeInbox behind 8 pipes to one process standing in for 8 front-ends (64 requests of 8-40
-tokens in flight; each answered one sends another); the encoder's ``encode_batch`` replaced by a tensor of ones
-(896 wide). Prints requests/s (on a 2-core machine the stand-in process is what limits them), the engine thread's
-CPU per request, and the garbage collector's collections by generation (count, seconds). From the checkout root:
+The real Engine and PipeInbox behind 8 pipes to one process standing in for 8 front-ends (64 one-text requests
+of 8-40 random tokens in flight; each answered one sends another); the encoder's ``encode_batch`` replaced by a
+tensor of ones (896 wide). Prints requests/s (on a 2-core machine the stand-in process is what limits them), the
+engine thread's CPU per request, and the garbage collector's collections by generation (count, seconds).
+From the checkout root:
 
     PROF=0 SECS=8 python benchmarks/results/serve-gpu-10/engine-probe.py            # as served
     FREEZE=1 PROF=0 SECS=8 python benchmarks/results/serve-gpu-10/engine-probe.py   # start-up heap frozen
@@ -33,8 +34,8 @@ def _job(rnd):
     from nosink.models import texts
     from nosink.serve.jobs import EmbedJob
 
-    n = rnd.randint(8, 40)
-    return EmbedJob(texts.Tokenized(prefix_ids=[[1]], text_ids=[list(range(4, 4 + n))], suffix_ids=[[]]))
+    ids = [rnd.randint(4, 95) for _ in range(rnd.randint(8, 40))]  # distinct texts: one row each in a batch
+    return EmbedJob(texts.Tokenized(prefix_ids=[[1]], text_ids=[ids], suffix_ids=[[]]))
 
 
 def driver(conns, seconds, out):
@@ -122,7 +123,7 @@ def main():
     print(
         f"requests/s {rate:,.0f}; batches {stats['embedding_batches']}, texts {stats['embedded_texts']}, rows a batch "
         f"{stats['embedded_texts'] / max(1, stats['embedding_batches']):.1f}; model process CPU {cpu / wall:.2f} "
-        f"cores; engine thread us CPU a request {thread_cpu[0] / stats['embedded_texts'] * 1e6:.0f}"
+        f"cores; engine thread us CPU a request {thread_cpu[0] / stats['embedding_requests'] * 1e6:.0f}"
     )
     print("gc (count, seconds) by generation", {k: (v[0], round(v[1], 3)) for k, v in collections.items()})
     if os.environ.get("PROF", "1") == "1":
