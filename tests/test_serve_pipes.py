@@ -58,10 +58,7 @@ def test_one_unit_of_work_answers_each_front_end_in_one_message():
     for i, job in enumerate(jobs):
         remote.jobs[i], remote.idents[id(job)] = job, i
         front_end.send(("job", i, job))
-    taken = []
-    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
-    while len(taken) < 3 and time.monotonic() < deadline:
-        taken += inbox.take(1.0)
+    taken = _take(inbox, 3)
     assert [job.tokens.text_ids for job in taken] == [[[5]], [[6]], [[7]]]
     for k, job in enumerate(taken):  # what a batch does: each request's vectors, one after another
         job.future.set_running_or_notify_cancel()
@@ -95,10 +92,7 @@ def test_answers_of_one_unit_keep_every_request_apart():
     for i, job in enumerate([*jobs, chat]):
         remote.jobs[i], remote.idents[id(job)] = job, i
         front_end.send(("job", i, job))
-    taken = []
-    deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
-    while len(taken) < 5 and time.monotonic() < deadline:
-        taken += inbox.take(1.0)
+    taken = _take(inbox, 5)
     crossed = [job for job in taken if isinstance(job, EmbedJob)]
     assert [type(job.future) for job in crossed] == [Reply] * 4  # answered without a future's lock
     assert [job.lengths for job in crossed] == [[2] * n for n in sizes]  # counted by the front-end, sent along
