@@ -499,6 +499,11 @@ def spy_summary(spy: subprocess.Popen, raw: Path, load: str, seconds: float, top
         return f"py-spy ({load}): did not finish"
     if spy.returncode != 0 or not raw.exists():
         return f"py-spy ({load}): failed ({spy.returncode}): {err.strip()[:300]}"
+    return samples_summary(raw, load, seconds, top)
+
+
+def samples_summary(raw: Path, load: str, seconds: float, top: int = 25) -> str:
+    """:func:`spy_summary` of a py-spy raw file already written (``seconds`` long, at ``SPY_RATE``)."""
     stacks = []
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")

@@ -20,10 +20,9 @@ for code in old new; do
   py-spy record -p "$pid" -d 5 -r 250 --gil --threads --nonblocking -f raw -o /tmp/spy-$code.txt > /dev/null 2>&1
   wait
   python -c "
-import sys, subprocess; sys.path.insert(0, 'benchmarks')
+import sys; sys.path.insert(0, 'benchmarks')
 from pathlib import Path
-from bench_serve_gpu import spy_summary
-done = subprocess.Popen(['true']); done.wait()
-print(spy_summary(done, Path('/tmp/spy-$code.txt'), 'engine probe, $code', 5, top=20))
+from bench_serve_gpu import samples_summary
+print(samples_summary(Path('/tmp/spy-$code.txt'), 'engine probe, $code', 5, top=20))
 " > "$out/engine-probe-spy-$code.txt"
 done
