@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -568,6 +569,93 @@ def test_a_request_the_http_parser_refuses_gets_an_openai_error_body(guarded_ser
     error = json.loads(body)["error"]
     assert error["code"] == "invalid_http_request" and error["message"].startswith("malformed HTTP request (")
     _serves(guarded_server)
+
+
+class _Written:
+    """A transport that records its writes and whether it was closed."""
+
+    def __init__(self):
+        self.writes, self.closed = [], False
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+
+def _cycle(method="POST", chunked=False, length=10):
+    return types.SimpleNamespace(
+        scope={"method": method}, response_started=False, chunked_encoding=chunked, expected_content_length=length
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "chunked", "length", "joined"),
+    [("POST", False, 10, True), ("POST", True, 0, False), ("HEAD", False, 10, False), ("POST", False, 0, False)],
+    ids=["a declared length", "chunked", "a HEAD request", "an empty body"],
+)
+def test_a_response_head_goes_out_with_its_body_only_when_a_body_is_sure_to_follow(method, chunked, length, joined):
+    from nosink.serve.http import _HeadWithBody
+
+    transport, cycle = _Written(), _cycle(method, chunked, length)
+    writer = _HeadWithBody(transport, cycle)
+    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # before the response starts: at once
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    cycle.response_started = True
+    writer.write(b"head")
+    assert transport.writes[1:] == ([] if joined else [b"head"])
+    writer.write(b"body")
+    writer.write(b"more")
+    assert transport.writes[1:] == ([b"headbody", b"more"] if joined else [b"head", b"body", b"more"])
+    assert not writer.is_closing() and not transport.closed  # the rest is the transport's own
+
+
+def test_a_held_response_head_is_sent_before_the_connection_closes():
+    from nosink.serve.http import _HeadWithBody
+
+    transport, cycle = _Written(), _cycle()
+    writer = _HeadWithBody(transport, cycle)
+    cycle.response_started = True
+    writer.write(b"head")  # the app fails before its body: what was answered still goes out
+    writer.close()
+    assert transport.writes == [b"head"] and transport.closed
+    writer.close()
+    assert transport.writes == [b"head"]
+
+
+def test_answers_on_one_connection_stay_whole_with_heads_sent_with_bodies(guarded_server):
+    # One keep-alive connection: an answer with a body, a HEAD request's (no body), a 100-continue request's, an
+    # error's, and one that closes the connection; each parses whole and in order.
+    body = json.dumps(OK_EMBED).encode()
+    length = f"Content-Length: {len(body)}\r\n".encode()
+    with socket.create_connection((guarded_server.host, guarded_server.port), timeout=60) as sock:
+        answers = []
+        for request in [
+            HEAD + length + b"\r\n" + body,
+            b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n",
+            HEAD + length + b"Expect: 100-continue\r\n\r\n",
+            HEAD + b"Content-Length: 2\r\n\r\n{}",
+            HEAD + length + b"Connection: close\r\n\r\n" + body,
+        ]:
+            sock.sendall(request)
+            if b"100-continue" in request:  # the go-ahead first (http.client's reader would skip it), then the body
+                go = b""
+                while not go.endswith(b"\r\n\r\n"):
+                    go += sock.recv(1)
+                assert go == b"HTTP/1.1 100 Continue\r\n\r\n"
+                sock.sendall(body)
+            response = http.client.HTTPResponse(sock, method=request.split(b" ", 1)[0].decode())
+            response.begin()
+            answers.append((response.status, response.read()))
+        assert sock.recv(1) == b""  # closed, as the last request asked
+    assert [status for status, _ in answers] == [200, 405, 200, 400, 200]
+    for _, data in answers[:1] + answers[2:3] + answers[4:]:
+        assert len(json.loads(data)["data"]) == 1
+    assert answers[1][1] == b"" and json.loads(answers[3][1])["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize("chunks", [1, 40], ids=["at once", "trickled"])

@@ -71,6 +71,47 @@ def _refusal(status: int, reason: str, error: ApiError) -> bytes:
     return head.encode() + body
 
 
+class _HeadWithBody:
+    """A request cycle's transport that sends a response's head in one write with the first piece of its body.
+
+    uvicorn writes a response's head (status line and headers) and then its body, two system calls per
+    answer where one does (each is dear under a sandboxing kernel such as gVisor). The head is held only
+    when a body is sure to follow: a length was declared (``content-length`` above 0, not chunked) and the
+    request is not ``HEAD``. A close sends what is held first; everything else is the transport's own.
+    """
+
+    __slots__ = ("transport", "cycle", "head", "fresh")
+
+    def __init__(self, transport: Any, cycle: Any) -> None:
+        self.transport, self.cycle, self.head, self.fresh = transport, cycle, None, True
+
+    def write(self, data: bytes) -> None:
+        """Write ``data``, holding a response's head back until its body's first piece."""
+        head = self.head
+        if head is not None:
+            self.head = None
+            self.transport.write(head + data)
+            return
+        cycle = self.cycle
+        if self.fresh and cycle.response_started:  # the response's first write: its head
+            self.fresh = False
+            declared = getattr(cycle, "chunked_encoding", None) is False and cycle.expected_content_length > 0
+            if declared and cycle.scope["method"] != "HEAD":
+                self.head = data
+                return
+        self.transport.write(data)
+
+    def close(self) -> None:
+        """Send what is held, then close the transport."""
+        if self.head is not None:
+            head, self.head = self.head, None
+            self.transport.write(head)
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
 def _guarded(base: type, limits: Limits) -> type:
     """uvicorn's HTTP protocol class ``base`` with time limits on slow requests and caps on open connections.
 
@@ -144,6 +185,8 @@ def _guarded(base: type, limits: Limits) -> type:
             cycle = self.cycle
             if cycle is not None and cycle is not self._timed:  # a request's headers are complete
                 self._timed, self._headers_due = cycle, False
+                if not cycle.response_started:  # its app has not run yet (uvicorn starts it as a task)
+                    cycle.transport = _HeadWithBody(cycle.transport, cycle)
                 self._arm(limits.body_timeout_s if cycle.more_body else None)
             elif cycle is not None and not cycle.more_body and not self._headers_due:
                 self._arm(None)  # its body is complete
