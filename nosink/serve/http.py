@@ -80,7 +80,7 @@ class _HeadWithBody:
     request is not ``HEAD``. A close sends what is held first; everything else is the transport's own.
     """
 
-    __slots__ = ("transport", "cycle", "head", "fresh")
+    __slots__ = ("cycle", "fresh", "head", "transport")
 
     def __init__(self, transport: Any, cycle: Any) -> None:
         self.transport, self.cycle, self.head, self.fresh = transport, cycle, None, True
