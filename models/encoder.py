@@ -486,13 +486,7 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
         # `embed=False` leaves the embedding to the caller (_run_plans: a CUDA graph may do it).
         device = self.parts.embed_tokens.weight.device
         eager = self.parts.attn_implementation == "eager" if eager is None else eager
-        fast = (
-            self.fast_attention is not False
-            and not self.training
-            and not eager
-            and self.parts.fast_attention_applies
-            and (self.fast_attention is True or device.type == "cuda")
-        )
+        fast = self._fast(device, eager)
 
         def packed(layout: Layout) -> bool:
             return packs(layout, plans, self.pack_padding, self._graphs_apply(device, layout.max_length))
@@ -502,6 +496,16 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
         if embed:
             self._embed(batch)
         return batch
+
+    def _fast(self, device: torch.device, eager: bool) -> bool:
+        # Whether a batch takes the fast path (a layout of its real tokens, fast routes, packing where it pays).
+        return (
+            self.fast_attention is not False
+            and not self.training
+            and not eager
+            and self.parts.fast_attention_applies
+            and (self.fast_attention is True or device.type == "cuda")
+        )
 
     def _run(
         self,

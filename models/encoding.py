@@ -419,7 +419,9 @@ class TextEncoding:
         Returns ``(plans, B, D)`` float32 vectors and ``None``, or with ``token_embeddings`` the ``(plans, n, D)``
         states of the batch's ``n`` text tokens, row after row, and each row's count of them. On CUDA the
         batch is built on the host in pinned memory and what the layout needs is read there: the device work
-        is only queued. :func:`nosink.models.encoding.pooled_batches` brings the results to the host.
+        is only queued; where a CUDA graph applies, pooled vectors come from one that also pools, built from the
+        tokens without a padded batch (see ``models/replaying.py``). :func:`nosink.models.encoding.pooled_batches`
+        brings the results to the host.
         """
         if any((plan.prepend is None) != (self.prepend is None) for plan in plans):
             raise ValueError(
@@ -427,6 +429,11 @@ class TextEncoding:
                 f"(prepend={self.prepend}), and the plans {[plan.name for plan in plans]} disagree: give plans that "
                 "match the encoder (plan_for(spec) does), or use an encoder built with (or without) prepend="
             )
+        if not token_embeddings:
+            with torch.inference_mode():
+                pooled = self._replay_pooled(tokens, rows, list(plans), pooling)
+            if pooled is not None:
+                return pooled, None
         device = self.parts.embed_tokens.weight.device
         pinned = device.type == "cuda"
         ids, attn, text_mask = _batching.pad(

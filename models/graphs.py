@@ -8,8 +8,10 @@ A graph runs a stream of fixed size, its *bucket* (:class:`Bucket`): a batch's r
 filler rows of token 0 up to the bucket's token count, every row at most ``longest`` long. Per batch only
 three buffers change: the token ids, each token's place in its row, and the rows' bounds (``cu``); the
 stream's attention reads nothing else (:meth:`nosink.models.attention.Packed.stream`), so a replay is
-exact for any batch of its bucket. Filler rows attend only among themselves and their outputs are
-dropped. Buckets keep the stream within an eighth above the batch's tokens.
+exact for any batch of its bucket. A graph may take more inputs of one value per token (``extras``: the
+pooled graphs' row of each token and its weight in its row's vector, see ``models/replaying.py``). Filler
+rows attend only among themselves and their outputs are dropped. Buckets keep the stream within an eighth
+above the batch's tokens.
 
 A bucket is captured the second time a batch falls in it (a one-off shape never pays for a capture), into
 one memory pool shared by all the encoder's graphs (their intermediates reuse the same memory: a replay's
@@ -26,7 +28,7 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 import numpy as np
@@ -43,7 +45,8 @@ GRAPH_LIMIT = 64  # graphs captured per encoder; each holds its outputs, the poo
 CAPTURE_AFTER = 2  # a bucket is captured at its second batch
 
 Result = TypeVar("Result")
-Body = Callable[[torch.Tensor, torch.Tensor, Packed], dict[str, torch.Tensor]]
+Body = Callable[[torch.Tensor, torch.Tensor, Packed, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+Extras = Mapping[str, tuple[np.ndarray, float]]  # per-token inputs of a graph: each real token's value, the filler's
 
 
 class Bucket(NamedTuple):
@@ -88,26 +91,33 @@ def stream_places(lengths: Sequence[int], bucket: Bucket) -> tuple[np.ndarray, n
 class _Graph:
     """One captured run: its static inputs and outputs."""
 
-    def __init__(self, bucket: Bucket, device: torch.device) -> None:
+    def __init__(self, bucket: Bucket, device: torch.device, extras: Extras | None = None) -> None:
         self.bucket = bucket
         self.ids = torch.zeros(1, bucket.tokens, dtype=torch.long, device=device)
         self.positions = torch.zeros(1, bucket.tokens, dtype=torch.long, device=device)
         self.cu = torch.zeros(bucket.rows + 1, dtype=torch.int32, device=device)
+        self.extras = {
+            name: torch.zeros(bucket.tokens, dtype=torch.from_numpy(values[:0]).dtype, device=device)
+            for name, (values, _) in (extras or {}).items()
+        }
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: dict[str, torch.Tensor] = {}
 
-    def fill(self, lengths: Sequence[int], ids: torch.Tensor) -> None:
-        """Write a batch (its packed ids ``(1, N)`` on the device) into the static inputs."""
+    def fill(self, lengths: Sequence[int], ids: torch.Tensor, extras: Extras | None = None) -> None:
+        """Write a batch (its packed ids ``(1, N)``, on the device or pinned on the host, and its per-token extras)
+        into the static inputs."""
         positions, cu = stream_places(lengths, self.bucket)
+        hosted = [(self.positions, positions[None]), (self.cu, cu)]
+        for name, (values, filler) in (extras or {}).items():
+            whole = np.full(self.bucket.tokens, filler, dtype=values.dtype)
+            whole[: len(values)] = values
+            hosted.append((self.extras[name], whole))
         pinned = self.ids.device.type == "cuda"
-        positions_host = torch.from_numpy(positions)[None]
-        cu_host = torch.from_numpy(cu)
-        if pinned:
-            positions_host, cu_host = positions_host.pin_memory(), cu_host.pin_memory()
-        self.positions.copy_(positions_host, non_blocking=True)
-        self.cu.copy_(cu_host, non_blocking=True)
+        for target, values in hosted:
+            host = torch.from_numpy(values)
+            target.copy_(host.pin_memory() if pinned else host, non_blocking=True)
         n = ids.shape[1]
-        self.ids[:, :n].copy_(ids)
+        self.ids[:, :n].copy_(ids, non_blocking=True)
         self.ids[:, n:].zero_()
 
     def stream(self) -> Packed:
@@ -143,17 +153,23 @@ class LayerGraphs:
         body: Body,
         take: Callable[[dict[str, torch.Tensor]], Result],
         window: int | None = None,
+        extras: Extras | None = None,
     ) -> Result | None:
         """Run a packed batch through the graph of ``key`` (the plans) and its bucket; ``None``: run it eagerly.
 
         Args:
-            key: what ``body`` computes (the plans' names); one graph per key and bucket.
+            key: what ``body`` computes (the plans' names, and whatever else shapes it); one graph per key and
+                bucket.
             lengths: the batch's row lengths, in stream order.
-            ids: its packed token ids ``(1, N)`` on the device.
-            body: ``(ids (1, n), positions (1, n), stream) -> {name: (1, n, D)}``, the function captured.
+            ids: its packed token ids ``(1, N)``, on the device or pinned on the host.
+            body: ``(ids (1, n), positions (1, n), stream, extras) -> {name: tensor}``, the function captured
+                (the layer loop's outputs are ``(1, n, D)``).
             take: reads the outputs (views of the graph's memory, the first ``N`` tokens meaningful) into
                 tensors of its own, on the current stream, before any other replay.
             window: the smallest sliding window of the plans' layers, if any (see :func:`bucket_of`).
+            extras: more inputs of one value per token, by name: ``(the N real tokens' values, the filler
+                tokens' value)``; ``body`` gets them as ``(n,)`` tensors of the same dtypes. Give the same
+                names and dtypes with every batch of a key.
         """
         if self.broken is not None or torch.cuda.is_current_stream_capturing():
             return None
@@ -165,25 +181,31 @@ class LayerGraphs:
                 self.seen[name] += 1
                 if self.seen[name] < self.capture_after or len(self.graphs) >= self.limit:
                     return None
-                graph = self._capture(name, bucket, lengths, ids, body)
+                graph = self._capture(name, bucket, lengths, ids, body, extras)
                 if graph is None:
                     return None
             else:
-                graph.fill(lengths, ids)
+                graph.fill(lengths, ids, extras)
             graph.graph.replay()  # type: ignore[union-attr]
             self.replays += 1
             return take(graph.outputs)
 
     def _capture(
-        self, name: Hashable, bucket: Bucket, lengths: Sequence[int], ids: torch.Tensor, body: Body
+        self,
+        name: Hashable,
+        bucket: Bucket,
+        lengths: Sequence[int],
+        ids: torch.Tensor,
+        body: Body,
+        extras: Extras | None,
     ) -> _Graph | None:
-        graph = _Graph(bucket, self.device)
+        graph = _Graph(bucket, self.device, extras)
         try:
-            graph.fill(lengths, ids)
+            graph.fill(lengths, ids, extras)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             graph.graph, graph.outputs = capture(
-                lambda: body(graph.ids, graph.positions, graph.stream()), self.device, self._pool
+                lambda: body(graph.ids, graph.positions, graph.stream(), graph.extras), self.device, self._pool
             )
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
             self.broken = err

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 
-__all__ = ["POOLINGS", "Pooling", "pool"]
+__all__ = ["POOLINGS", "Pooling", "pool", "pool_stream", "stream_weights"]
 
 Pooling = Literal["mean", "weighted_mean", "last", "first"]
 POOLINGS: tuple[str, ...] = ("mean", "weighted_mean", "last", "first")
@@ -39,3 +41,47 @@ def pool(hidden: torch.Tensor, text_mask: torch.Tensor, pooling: Pooling = "mean
     index = torch.where(has_text, index, 0).clamp(0, hidden.shape[1] - 1)
     out = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]  # (B, D)
     return out * has_text[:, None].to(out.dtype)
+
+
+def stream_weights(
+    prefix: Sequence[int], text: Sequence[int], length: Sequence[int], pooling: Pooling = "mean"
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pool` as a weighted sum over a packed stream of rows: ``(row (N,) int64, weight (N,) float32)`` of
+    each token, row after row.
+
+    Row ``i`` holds ``length[i]`` tokens, its text tokens after the first ``prefix[i]`` (``text[i]`` of them):
+    summing each row's tokens' states times their weights gives :func:`pool`'s vector of that row (a row
+    without text tokens: zeros).
+
+    Raises:
+        ValueError: for an unknown pooling, or rows whose text does not fit their lengths.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+    starts, counts, sizes = (np.asarray(x, dtype=np.int64) for x in (prefix, text, length))
+    if (starts < 0).any() or (counts < 0).any() or (starts + counts > sizes).any():
+        raise ValueError("each row's prefix and text must fit within its length")
+    row = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    first = np.concatenate(([0], np.cumsum(sizes)[:-1])) + starts  # each row's first text token in the stream
+    place = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(first, sizes)  # index within the row's text
+    text_count = np.repeat(counts, sizes)
+    inside = (place >= 0) & (place < text_count)
+    if pooling == "mean":
+        weight = np.where(inside, 1.0 / np.maximum(text_count, 1), 0.0)
+    elif pooling == "weighted_mean":
+        weight = np.where(inside, (place + 1) / np.maximum(text_count * (text_count + 1) / 2, 1), 0.0)
+    else:
+        weight = (inside & (place == (text_count - 1 if pooling == "last" else 0))).astype(np.float64)
+    return row, weight.astype(np.float32)
+
+
+def pool_stream(hidden: torch.Tensor, row: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """``(rows, D)`` vectors of a packed stream ``hidden`` ``(n, D)``: row ``i``'s is the sum of its tokens' states
+    times their ``weight`` (:func:`stream_weights`), in float32, rounded to ``hidden``'s dtype as :func:`pool`'s.
+
+    Tokens whose ``row`` is outside ``0 .. rows - 1`` (a CUDA graph's filler) count nowhere. One matrix product
+    (no atomics), so the result is the same at every call; the ``(rows, n)`` weights take ``4 * rows * n`` bytes.
+    """
+    slots = torch.arange(rows, device=hidden.device)[:, None]
+    weights = (row[None, :] == slots).float() * weight[None, :].float()  # (rows, n)
+    return (weights @ hidden.float()).to(hidden.dtype)

@@ -10,18 +10,22 @@ layer call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import torch
 
 from nosink.checks import printable
 from nosink.layerspec import MAIN, Plan
 
+from . import texts as _texts
 from .attention import Packed, varlen_ready
-from .batch import Batch
+from .batch import Batch, prepends
 from .families import LayerCompileError
-from .graphs import GRAPH_MAX_LENGTH, LayerGraphs
+from .graphs import GRAPH_MAX_LENGTH, Body, LayerGraphs, bucket_of
+from .pooling import Pooling, pool_stream, stream_weights
 
 if TYPE_CHECKING:
     from .families import DecoderParts
@@ -31,6 +35,10 @@ __all__ = ["GraphReplay"]
 logger = logging.getLogger(__name__)
 
 Result = TypeVar("Result")
+
+# A pooled graph (see GraphReplay._replay_pooled) weighs its tokens with a (rows, tokens) float32 matrix: buckets
+# beyond this many entries (32 MiB; long rows, where the host's launches matter least) run as they are.
+POOLED_MAX = 8 * 1024 * 1024
 
 
 class GraphReplay:
@@ -96,6 +104,60 @@ class GraphReplay:
             return None
         if torch.is_grad_enabled():  # a replay records no autograd graph: only under no_grad or inference_mode
             return None
+        return self._layer_graphs(device).run(
+            tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, self._graph_body(plans, batch.prepend),
+            take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
+            window=_window(plans),
+        )  # fmt: skip
+
+    def _replay_pooled(
+        self, tokens: _texts.Tokenized, rows: Sequence[int], plans: list[Plan], pooling: Pooling
+    ) -> torch.Tensor | None:
+        # encode()'s batch straight from its tokens to its pooled vectors `(plans, B, D)` through one CUDA graph that
+        # also pools (see pool_stream): the host builds the packed stream and each token's row and weight with
+        # numpy, and queues a few copies and one replay; the padded batch, its layout and the pooling, dozens of
+        # small launches a batch, are never made. None: the batch runs as it is (_prepare, _run_plans, pool).
+        device = self.parts.embed_tokens.weight.device
+        if device.type != "cuda" or torch.is_grad_enabled() or self.pack_padding is False or not rows:
+            return None
+        eager = self.parts.attn_implementation == "eager"
+        pieces = [(tokens.prefix_ids[i], tokens.text_ids[i], tokens.suffix(i)) for i in rows]
+        lengths = [len(a) + len(b) + len(c) for a, b, c in pieces]
+        longest, trained = max(lengths), self.parts.trained_positions
+        window = _window(plans)
+        if (
+            min(lengths) < 1
+            or not self._fast(device, eager)
+            or not self._graphs_apply(device, longest)
+            or (window is not None and window < longest)  # such layers need the dense mask: no packing
+            or (trained is not None and longest > trained)  # the padded path warns about it
+        ):
+            return None
+        bucket = bucket_of(lengths, window)
+        if bucket.rows * bucket.tokens > POOLED_MAX:
+            return None
+        flat = np.fromiter(chain.from_iterable(a + b + c for a, b, c in pieces), dtype=np.int64, count=sum(lengths))
+        if flat.min() < 0 or flat.max() >= self.parts.embed_tokens.num_embeddings:
+            return None  # the padded path says what is wrong
+        row, weight = stream_weights([len(a) for a, _, _ in pieces], [len(b) for _, b, _ in pieces], lengths, pooling)
+        ids = torch.from_numpy(flat)[None].pin_memory()
+        loop = self._graph_body(plans, prepends(plans))
+
+        def body(
+            ids: torch.Tensor, positions: torch.Tensor, stream: Packed, extras: dict[str, torch.Tensor]
+        ) -> dict[str, torch.Tensor]:
+            out = loop(ids, positions, stream, extras)
+            row, weight, slots = extras["row"], extras["weight"], stream.cu.shape[0] - 1
+            return {name: pool_stream(hidden[0], row, weight, slots) for name, hidden in out.items()}
+
+        count = len(rows)
+        return self._layer_graphs(device).run(
+            (tuple(plan.name for plan in plans), "pooled", pooling), lengths, ids, body,
+            take=lambda outputs: torch.stack([outputs[plan.name][:count] for plan in plans]).float(),
+            window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
+        )  # fmt: skip
+
+    def _layer_graphs(self, device: torch.device) -> LayerGraphs:
         # Graphs hold the addresses of the weights they were captured with: moved or cast weights (.to(), .half())
         # get graphs of their own, never stale ones.
         weights = self.parts.embed_tokens.weight
@@ -103,28 +165,27 @@ class GraphReplay:
         owner = (device, weights.dtype, weights.data_ptr(), top.data_ptr())
         if self._graphs is None or self._graphs_owner != owner:
             self._graphs, self._graphs_owner = LayerGraphs(device), owner
+        return self._graphs
 
+    def _graph_body(self, plans: list[Plan], prepend: bool) -> Body:
+        # The function a graph captures: the layer loop over a stream of the graph's own inputs, compiled where the
+        # encoder compiles the graphs' layers. It is run once before each capture, so a compilation (or its
+        # failure) happens outside the capture.
         def loop(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
-            # The layer loop over a stream of the graph's own inputs.
-            run = Batch(None, None, positions, None, False, {}, stream, stream, ids, batch.prepend)
+            run = Batch(None, None, positions, None, False, {}, stream, stream, ids, prepend)
             self._embed(run)
             out: dict[str, torch.Tensor] = {}
             self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)
             return out
 
-        def body(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
-            # The function captured: the loop, compiled where the encoder compiles the graphs' layers. It is run
-            # once before each capture, so a compilation (or its failure) happens outside the capture.
+        def body(
+            ids: torch.Tensor, positions: torch.Tensor, stream: Packed, extras: dict[str, torch.Tensor]
+        ) -> dict[str, torch.Tensor]:
             if self._graph_compiles():
                 return self._compiled_or_not(lambda: loop(ids, positions, stream))
             return loop(ids, positions, stream)
 
-        windows = [step.window for plan in plans for step in plan.layer_steps if step.window is not None]
-        return self._graphs.run(
-            tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, body,
-            take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
-            window=min(windows, default=None),
-        )  # fmt: skip
+        return body
 
     def _graph_compiles(self) -> bool:
         # Whether the graphs' layer loop runs compiled: with compile=True (or a dict) always; with compile=None (the
@@ -147,3 +208,8 @@ class GraphReplay:
             and device.type == "cuda"
             and varlen_ready(device, self.parts.embed_tokens.weight.dtype)
         )
+
+
+def _window(plans: Sequence[Plan]) -> int | None:
+    """The smallest sliding window of the plans' layers, if any."""
+    return min((step.window for plan in plans for step in plan.layer_steps if step.window is not None), default=None)

@@ -18,7 +18,8 @@ from tiny import CONFIGS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
 from nosink.models.attention import varlen_ready
-from nosink.models.graphs import Bucket, LayerGraphs, bucket_of, stream_places
+from nosink.models.graphs import Bucket, LayerGraphs, _Graph, bucket_of, stream_places
+from nosink.models.pooling import POOLINGS, pool, pool_stream, stream_weights
 
 
 @settings(deadline=None, max_examples=200)
@@ -59,6 +60,54 @@ def test_cuda_graphs_is_checked():
     with pytest.raises(TypeError, match="cuda_graphs must be True or False"):
         EncoderFromDecoder(tiny_decoder("llama"), "F*", cuda_graphs="yes")
     assert not EncoderFromDecoder(tiny_decoder("llama"), "F*")._graphs_apply(torch.device("cpu"), 10)
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 9), st.integers(0, 3)), min_size=1, max_size=12),
+    pooling=st.sampled_from(POOLINGS),
+    extra=st.integers(0, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_a_stream_pooled_by_its_weights_equals_pooling_the_padded_batch(rows, pooling, extra, seed):
+    # A pooled graph's arithmetic (stream_weights on the host, pool_stream in the graph) against pool() on the padded
+    # batch, for rows of any prefix, text (none too) and suffix, with filler tokens and spare row slots beside them.
+    prefix, text, _ = zip(*rows, strict=True)
+    lengths = [sum(r) for r in rows]
+    width = max(1, max(lengths))
+    hidden = torch.randn(len(rows), width, 8, generator=torch.Generator().manual_seed(seed))
+    mask = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (a, b, _) in enumerate(rows):
+        mask[i, a : a + b] = True
+    row, weight = stream_weights(prefix, text, lengths, pooling)
+    assert len(row) == len(weight) == sum(lengths) and weight.dtype == np.float32
+    stream = torch.cat([hidden[i, :n] for i, n in enumerate(lengths)] + [torch.randn(extra, 8)])  # filler after
+    row = torch.from_numpy(np.concatenate([row, np.full(extra, -1)]))
+    weight = torch.from_numpy(np.concatenate([weight, np.zeros(extra, dtype=np.float32)]))
+    got = pool_stream(stream, row, weight, len(rows) + 2)
+    torch.testing.assert_close(got[: len(rows)], pool(hidden, mask, pooling), atol=1e-5, rtol=1e-5)
+    assert not got[len(rows) :].any()
+    assert not got[[i for i, n in enumerate(text) if n == 0]].any(), "a row without text pools to zeros"
+
+
+def test_stream_weights_refuse_rows_that_do_not_add_up():
+    with pytest.raises(ValueError, match="unknown pooling"):
+        stream_weights([0], [1], [1], "max")
+    with pytest.raises(ValueError, match="must fit within its length"):
+        stream_weights([1], [2], [2])
+
+
+def test_a_graphs_extra_inputs_are_filled_per_token_with_the_fillers_value():
+    bucket = bucket_of([3, 2])
+    graph = _Graph(
+        bucket, torch.device("cpu"), {"row": (np.zeros(0, np.int64), -1), "weight": (np.zeros(0, np.float32), 0)}
+    )
+    extras = {"row": (np.array([0, 0, 0, 1, 1]), -1), "weight": (np.arange(5, dtype=np.float32), 0.0)}
+    graph.fill([3, 2], torch.arange(5)[None] + 3, extras)
+    assert graph.extras["row"].dtype == torch.int64 and graph.extras["weight"].dtype == torch.float32
+    assert graph.extras["row"].tolist() == [0, 0, 0, 1, 1] + [-1] * (bucket.tokens - 5)
+    assert graph.extras["weight"].tolist() == [0, 1, 2, 3, 4] + [0] * (bucket.tokens - 5)
+    assert graph.ids[0, :6].tolist() == [3, 4, 5, 6, 7, 0]
 
 
 # ---------------------------------------------------------------- on CUDA
@@ -287,3 +336,43 @@ def test_a_failed_compilation_leaves_the_graphs_uncompiled(monkeypatch, fresh_dy
             close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
     assert "the CUDA graphs' layers run uncompiled" in caplog.text and "no compiler here" in caplog.text
     assert graphs.parts._compiled is None and graphs._graphs.replays == 3 and graphs._graphs.broken is None
+
+
+# ---------------------------------------------------------------- encode(): graphs that pool
+
+
+@needs_kernel
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize(("spec", "prepend"), [("F* | M0B*2", None), ("B*", None), ("F* | M0B*2", 2)])
+def test_encode_through_pooled_graphs_equals_the_padded_path(pooling, spec, prepend):
+    # encode() goes from tokens to pooled vectors through graphs that pool (no padded batch); an encoder without
+    # graphs pads, runs and pools. Texts of several lengths, an instruction (prefix tokens that do not pool), batches
+    # of one bucket seen three times (captured at the second), and a text with no tokens.
+    kwargs = {} if prepend is None else {"prepend": prepend}
+    graphs, _ = encoders("llama", spec, **kwargs)
+    eager = EncoderFromDecoder.from_model(graphs.decoder, spec, tiny_tokenizer(), cuda_graphs=False, **kwargs)
+    texts = ["the cat sat on the mat", "a dog", "paris is the capital of france and more", ""] * 4
+    for _ in range(3):
+        for instruction in (None, "find:"):
+            got = graphs.encode(texts, instruction, pooling=pooling, batch_size=8, normalize_embeddings=True)
+            want = eager.encode(texts, instruction, pooling=pooling, batch_size=8, normalize_embeddings=True)
+            np.testing.assert_allclose(got, want, atol=0.03)
+    pooled = [key for key, _ in graphs._graphs.graphs if "pooled" in key]
+    assert pooled and graphs._graphs.broken is None and graphs._graphs.replays > 0
+    assert not np.abs(graphs.encode([""], pooling=pooling)).any(), "a text with no tokens pools to zeros"
+
+
+@needs_kernel
+def test_encode_specs_and_token_embeddings_still_equal_the_padded_path():
+    graphs, eager = encoders("llama", "F* | M0B*2")
+    texts = ["the cat sat on the mat", "a dog ran in the park", "paris is the capital of france"] * 6
+    specs = ["F*", "F* | M0B*2", "F* | B*2"]
+    for _ in range(3):
+        got, want = graphs.encode_specs(specs, texts, batch_size=8), eager.encode_specs(specs, texts, batch_size=8)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], atol=0.03 * np.abs(want[name]).max())
+        got = graphs.encode(texts[:4], output_value="token_embeddings", convert_to_numpy=False)
+        want = eager.encode(texts[:4], output_value="token_embeddings", convert_to_numpy=False)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.float().cpu(), w.float().cpu(), atol=0.03 * float(w.abs().max()), rtol=0)
+    assert any("pooled" in key for key, _ in graphs._graphs.graphs)
