@@ -25,6 +25,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from nosink.checks import positive_int, printable
@@ -32,7 +33,7 @@ from nosink.checks import positive_int, printable
 from .texts import Framing, Template, Tokenized, tokenize_framed
 from .tokenizer_backend import Encoded, read_encodings, rust_backend
 
-__all__ = ["Chunk", "Chunks", "Padded", "batches", "pad", "pad_id", "warn_about"]
+__all__ = ["Chunk", "Chunks", "Padded", "Stream", "batches", "pad", "pad_id", "stream", "warn_about"]
 
 
 class Padded(NamedTuple):
@@ -87,6 +88,24 @@ def pad(
     ids[real] = torch.tensor(flat, dtype=torch.long)  # row-major order: each row's tokens, in order
     out = Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
     return Padded(*(t.pin_memory() for t in out)) if pin_memory else out
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A batch's inputs packed row after row on the host: what :func:`pad` lays out, without the padding."""
+
+    ids: np.ndarray  # (N,) int64: each row's prefix, text and suffix tokens, row after row
+    lengths: list[int]  # each row's tokens
+    prefix: list[int]  # each row's tokens before its text (the sink token and the prompt)
+    text: list[int]  # each row's text tokens
+
+
+def stream(tokens: Tokenized, rows: Sequence[int]) -> Stream:
+    """The inputs ``rows`` of ``tokens`` packed row after row (the real tokens of :func:`pad`'s batch, in order)."""
+    pieces = [(tokens.prefix_ids[i], tokens.text_ids[i], tokens.suffix(i)) for i in rows]
+    lengths = [len(a) + len(b) + len(c) for a, b, c in pieces]
+    ids = np.fromiter(chain.from_iterable(a + b + c for a, b, c in pieces), dtype=np.int64, count=sum(lengths))
+    return Stream(ids, lengths, [len(a) for a, _, _ in pieces], [len(b) for _, b, _ in pieces])
 
 
 @dataclass(frozen=True)

@@ -429,9 +429,9 @@ class TextEncoding:
                 f"(prepend={self.prepend}), and the plans {[plan.name for plan in plans]} disagree: give plans that "
                 "match the encoder (plan_for(spec) does), or use an encoder built with (or without) prepend="
             )
-        if not token_embeddings:
+        if not token_embeddings and padding_side in ("right", "left"):  # a packed stream has no padding side
             with torch.inference_mode():
-                pooled = self._replay_pooled(tokens, rows, list(plans), pooling)
+                pooled = self._replay_pooled(tokens, rows, list(plans), pooling, _batching.pad_id(self.tokenizer))
             if pooled is not None:
                 return pooled, None
         device = self.parts.embed_tokens.weight.device

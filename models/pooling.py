@@ -27,11 +27,12 @@ def pool(hidden: torch.Tensor, text_mask: torch.Tensor, pooling: Pooling = "mean
         raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
     if text_mask.shape != hidden.shape[:2]:
         raise ValueError(f"text_mask {tuple(text_mask.shape)} does not match hidden states {tuple(hidden.shape)}")
-    mask = text_mask.to(hidden.dtype)  # (B, T)
     if pooling in ("mean", "weighted_mean"):
+        mask = text_mask.float()  # (B, T); the weights in float32 (in fp16 a long text's total would overflow)
         weights = mask if pooling == "mean" else mask * mask.cumsum(-1)
         total = weights.sum(-1, keepdim=True).clamp(min=1)  # (B, 1)
-        return torch.einsum("btd,bt->bd", hidden.float(), (weights / total).float()).to(hidden.dtype)
+        counted = torch.where(text_mask[..., None], hidden.float(), 0.0)  # what counts nowhere reaches no vector
+        return torch.einsum("btd,bt->bd", counted, weights / total).to(hidden.dtype)
     positions = torch.arange(hidden.shape[1], device=hidden.device).expand_as(text_mask)
     if pooling == "last":
         index = torch.where(text_mask, positions, -1).amax(-1)
@@ -66,22 +67,26 @@ def stream_weights(
     place = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(first, sizes)  # index within the row's text
     text_count = np.repeat(counts, sizes)
     inside = (place >= 0) & (place < text_count)
+    # In float32, as pool() divides: each weight is the very float32 value pool() gives that token.
     if pooling == "mean":
-        weight = np.where(inside, 1.0 / np.maximum(text_count, 1), 0.0)
+        share = np.float32(1) / np.maximum(text_count, 1).astype(np.float32)
     elif pooling == "weighted_mean":
-        weight = np.where(inside, (place + 1) / np.maximum(text_count * (text_count + 1) / 2, 1), 0.0)
+        share = (place + 1).astype(np.float32) / np.maximum(text_count * (text_count + 1) // 2, 1).astype(np.float32)
     else:
-        weight = (inside & (place == (text_count - 1 if pooling == "last" else 0))).astype(np.float64)
-    return row, weight.astype(np.float32)
+        share = (place == (text_count - 1 if pooling == "last" else 0)).astype(np.float32)
+    return row, np.where(inside, share, np.float32(0)).astype(np.float32)
 
 
 def pool_stream(hidden: torch.Tensor, row: torch.Tensor, weight: torch.Tensor, rows: int) -> torch.Tensor:
     """``(rows, D)`` vectors of a packed stream ``hidden`` ``(n, D)``: row ``i``'s is the sum of its tokens' states
     times their ``weight`` (:func:`stream_weights`), in float32, rounded to ``hidden``'s dtype as :func:`pool`'s.
 
-    Tokens whose ``row`` is outside ``0 .. rows - 1`` (a CUDA graph's filler) count nowhere. One matrix product
-    (no atomics), so the result is the same at every call; the ``(rows, n)`` weights take ``4 * rows * n`` bytes.
+    Tokens whose ``row`` is outside ``0 .. rows - 1`` (a CUDA graph's filler) count nowhere, and tokens of weight 0
+    are zeros first, so a token that counts nowhere (a sink token's huge or non-finite state) cannot reach any
+    vector. One matrix product (no atomics), so the result is the same at every call; the ``(rows, n)`` weights
+    take ``4 * rows * n`` bytes.
     """
     slots = torch.arange(rows, device=hidden.device)[:, None]
     weights = (row[None, :] == slots).float() * weight[None, :].float()  # (rows, n)
-    return (weights @ hidden.float()).to(hidden.dtype)
+    counted = torch.where(weight[:, None] != 0, hidden.float(), 0.0)  # (n, D)
+    return (weights @ counted).to(hidden.dtype)

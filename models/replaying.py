@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from itertools import chain
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
 import torch
 
 from nosink.checks import printable
 from nosink.layerspec import MAIN, Plan
 
+from . import batching as _batching
 from . import texts as _texts
 from .attention import Packed, varlen_ready
 from .batch import Batch, prepends
@@ -111,36 +110,43 @@ class GraphReplay:
         )  # fmt: skip
 
     def _replay_pooled(
-        self, tokens: _texts.Tokenized, rows: Sequence[int], plans: list[Plan], pooling: Pooling
+        self, tokens: _texts.Tokenized, rows: Sequence[int], plans: list[Plan], pooling: Pooling, pad_id: int
     ) -> torch.Tensor | None:
         # encode()'s batch straight from its tokens to its pooled vectors `(plans, B, D)` through one CUDA graph that
         # also pools (see pool_stream): the host builds the packed stream and each token's row and weight with
         # numpy, and queues a few copies and one replay; the padded batch, its layout and the pooling, dozens of
-        # small launches a batch, are never made. None: the batch runs as it is (_prepare, _run_plans, pool).
+        # small launches a batch, are never made. None: the batch runs as it is (_prepare, _run_plans, pool), and
+        # so does any batch that path would refuse or warn about (it says what is wrong).
         device = self.parts.embed_tokens.weight.device
-        if device.type != "cuda" or torch.is_grad_enabled() or self.pack_padding is False or not rows:
-            return None
         eager = self.parts.attn_implementation == "eager"
-        pieces = [(tokens.prefix_ids[i], tokens.text_ids[i], tokens.suffix(i)) for i in rows]
-        lengths = [len(a) + len(b) + len(c) for a, b, c in pieces]
-        longest, trained = max(lengths), self.parts.trained_positions
-        window = _window(plans)
+        if (
+            len(rows) == 0
+            or torch.is_grad_enabled()
+            or self.pack_padding is False
+            or not self._fast(device, eager)
+            or not self._graphs_apply(device, 1)
+        ):
+            return None
+        batch = _batching.stream(tokens, rows)
+        lengths, longest, window = batch.lengths, max(batch.lengths), _window(plans)
+        vocab = self.parts.embed_tokens.num_embeddings
+        limits = (self.parts.max_positions, self.parts.trained_positions)
         if (
             min(lengths) < 1
-            or not self._fast(device, eager)
             or not self._graphs_apply(device, longest)
             or (window is not None and window < longest)  # such layers need the dense mask: no packing
-            or (trained is not None and longest > trained)  # the padded path warns about it
+            or any(limit is not None and longest > limit for limit in limits)  # refused, or warned about
+            or batch.ids.min() < 0
+            or batch.ids.max() >= vocab
+            or (not 0 <= pad_id < vocab and min(lengths) < longest)  # a padded batch would hold it
         ):
             return None
         bucket = bucket_of(lengths, window)
         if bucket.rows * bucket.tokens > POOLED_MAX:
             return None
-        flat = np.fromiter(chain.from_iterable(a + b + c for a, b, c in pieces), dtype=np.int64, count=sum(lengths))
-        if flat.min() < 0 or flat.max() >= self.parts.embed_tokens.num_embeddings:
-            return None  # the padded path says what is wrong
-        row, weight = stream_weights([len(a) for a, _, _ in pieces], [len(b) for _, b, _ in pieces], lengths, pooling)
-        ids = torch.from_numpy(flat)[None].pin_memory()
+        row, weight = stream_weights(batch.prefix, batch.text, lengths, pooling)
+        ids = torch.from_numpy(batch.ids)[None]
+        ids = ids.pin_memory() if device.type == "cuda" else ids
         loop = self._graph_body(plans, prepends(plans))
 
         def body(
@@ -152,7 +158,7 @@ class GraphReplay:
 
         count = len(rows)
         return self._layer_graphs(device).run(
-            (tuple(plan.name for plan in plans), "pooled", pooling), lengths, ids, body,
+            (tuple(plan.name for plan in plans), "pooled"), lengths, ids, body,
             take=lambda outputs: torch.stack([outputs[plan.name][:count] for plan in plans]).float(),
             window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
         )  # fmt: skip

@@ -8,6 +8,7 @@ filler rows beside them, so bfloat16 rounding of matrix products of another size
 
 import functools
 import math
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -17,9 +18,12 @@ from hypothesis import strategies as st
 from tiny import CONFIGS, tiny_decoder, tiny_tokenizer
 
 from nosink import EncoderFromDecoder
+from nosink.models import batching
+from nosink.models import texts as texts_mod
 from nosink.models.attention import varlen_ready
 from nosink.models.graphs import Bucket, LayerGraphs, _Graph, bucket_of, stream_places
 from nosink.models.pooling import POOLINGS, pool, pool_stream, stream_weights
+from nosink.models.templates import Template
 
 
 @settings(deadline=None, max_examples=200)
@@ -108,6 +112,124 @@ def test_a_graphs_extra_inputs_are_filled_per_token_with_the_fillers_value():
     assert graph.extras["row"].tolist() == [0, 0, 0, 1, 1] + [-1] * (bucket.tokens - 5)
     assert graph.extras["weight"].tolist() == [0, 1, 2, 3, 4] + [0] * (bucket.tokens - 5)
     assert graph.ids[0, :6].tolist() == [3, 4, 5, 6, 7, 0]
+
+
+def test_a_stream_of_fp16_or_bf16_states_pools_as_the_padded_batch_and_ignores_what_counts_nowhere():
+    # Long texts (an fp16 total of their weights would overflow), states in the model's dtype, and one row whose sink
+    # token's state is infinite: it counts nowhere, so no vector sees it.
+    lengths, prefix, text = [400, 30, 512], [1, 3, 1], [399, 20, 500]
+    for dtype, ulp in ((torch.float16, 2**-10), (torch.bfloat16, 2**-7)):
+        hidden = torch.randn(3, 512, 16, generator=torch.Generator().manual_seed(0)).to(dtype)
+        hidden[1, 0] = float("inf")
+        mask = torch.zeros(3, 512, dtype=torch.bool)
+        for i, (a, b) in enumerate(zip(prefix, text, strict=True)):
+            mask[i, a : a + b] = True
+        stream = torch.cat([hidden[i, :n] for i, n in enumerate(lengths)])
+        for pooling in POOLINGS:
+            row, weight = stream_weights(prefix, text, lengths, pooling)
+            got = pool_stream(stream, torch.from_numpy(row), torch.from_numpy(weight), 4).float()
+            want = pool(hidden, mask, pooling).float()
+            assert torch.isfinite(got).all() and torch.isfinite(want).all()
+            torch.testing.assert_close(got[:3], want, atol=ulp / 4, rtol=ulp)
+
+
+def test_a_batchs_stream_on_the_host_is_the_padded_batchs_real_tokens():
+    # Prompts, templates whose tokens follow the text (suffix), empty texts: the packed ids, lengths and text spans
+    # the pooled graphs take are what pad() lays out, row after row.
+    tok = tiny_tokenizer()
+    texts = ["the cat sat", "", "a dog ran in the park today", "paris"]
+    for tokens in (
+        texts_mod.tokenize(tok, texts, "find this:", sink=[1]),
+        texts_mod.tokenize(tok, texts, sink=[1], template="this text: {text} means in one word:"),
+        texts_mod.tokenize(tok, texts, sink=[1], template="say {text} then {text} again", copy=2),
+    ):
+        for rows in ([0, 1, 2, 3], [2, 0], np.array([3, 1])):
+            packed = batching.stream(tokens, rows)
+            padded = batching.pad(tokens, rows, 0)
+            real = padded.attention_mask.bool()
+            assert packed.ids.tolist() == padded.input_ids[real].tolist()
+            assert packed.lengths == real.sum(-1).tolist()
+            starts = [int(m.nonzero()[0]) if m.any() else 0 for m in padded.text_mask]
+            assert packed.text == padded.text_mask.sum(-1).tolist()
+            assert [p for p, t in zip(packed.prefix, packed.text, strict=True) if t] == [
+                s for s, t in zip(starts, packed.text, strict=True) if t
+            ]
+
+
+class _Unrolled:
+    """LayerGraphs standing in for CUDA: each batch fills a graph's inputs and runs the captured function as it is
+    (what a replay computes, without capturing)."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, device):
+        self.device, self.keys, self.replays = device, [], 0
+        _Unrolled.made.append(self)
+
+    def run(self, key, lengths, ids, body, take, window=None, extras=None):
+        self.keys.append(key)
+        graph = _Graph(bucket_of(lengths, window), self.device, extras)
+        graph.fill(lengths, ids, extras)
+        return take(body(graph.ids, graph.positions, graph.stream(), graph.extras))
+
+
+@pytest.fixture
+def unrolled(monkeypatch):
+    """Graphs unrolled on the CPU (see _Unrolled), the variable-length kernel a stand-in written from its
+    definition (tests/test_packing.py)."""
+    from test_packing import windowed_kernel
+
+    import nosink.models.replaying as module
+    from nosink.models import varlen
+
+    monkeypatch.setattr(module, "LayerGraphs", _Unrolled)
+    monkeypatch.setattr(varlen, "kernel_applies", lambda q: True)
+    monkeypatch.setattr(varlen, "function", lambda: (windowed_kernel, frozenset({"scale", "window_size"})))
+    monkeypatch.setattr(varlen, "_flash_takes_used_keys", lambda: False)
+    monkeypatch.setattr(varlen, "NATIVE_GQA", [True])
+    _Unrolled.made = []
+    return _Unrolled
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize(("spec", "prepend"), [("F* | M0B*2", None), ("F* | B*2", 2)])
+def test_encode_through_a_pooled_graphs_function_equals_the_dense_path(unrolled, monkeypatch, pooling, spec, prepend):
+    # The whole pooled path off CUDA: the host's stream and weights, the graph's inputs, the captured function (loop,
+    # then pool_stream) and what is taken from it, against an encoder on the dense masks; templates with text after
+    # it, prompts, empty texts, left padding asked for (a stream has none).
+    kwargs = {} if prepend is None else {"prepend": prepend}
+    model = tiny_decoder("llama")
+    graphs = EncoderFromDecoder.from_model(model, spec, tiny_tokenizer(), fast_attention=True, compile=False, **kwargs)
+    monkeypatch.setattr(graphs, "_graphs_apply", lambda device, longest: True)
+    dense = EncoderFromDecoder.from_model(model, spec, tiny_tokenizer(), fast_attention=False, **kwargs)
+    texts = ["the cat sat on the mat", "", "a dog", "paris is the capital of france and more"]
+    template = Template("this: {text} in one word:", target="text")  # pooled over the text, tokens after it
+    for options in ({}, {"instruction": "find:"}, {"template": template}, {"padding_side": "left"}):
+        got = graphs.encode(texts, pooling=pooling, batch_size=3, show_progress_bar=False, **options)
+        want = dense.encode(texts, pooling=pooling, batch_size=3, show_progress_bar=False, **options)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
+        assert not got[1].any(), "a text with no tokens pools to zeros"
+    assert [key[1:] for key in unrolled.made[0].keys] == [("pooled",)] * 8
+
+
+def test_batches_the_padded_path_refuses_or_warns_about_never_take_a_pooled_graph(unrolled, monkeypatch):
+    # Past GPT-2's learned positions the padded path refuses the batch; a pad id outside the vocabulary it refuses
+    # too where rows differ in length. Neither reaches a pooled graph, so the refusal is the same at every batch.
+    gpt2 = EncoderFromDecoder(tiny_decoder("gpt2"), "F*", tiny_tokenizer(), fast_attention=True, compile=False)
+    monkeypatch.setattr(gpt2, "_graphs_apply", lambda device, longest: True)
+    long = " ".join(["word"] * (gpt2.parts.max_positions + 5))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="learned positions"):
+            gpt2.encode([long], max_length=gpt2.parts.max_positions + 10, show_progress_bar=False)
+    assert all(key[1:] != ("pooled",) for made in unrolled.made for key in made.keys)
+    llama = EncoderFromDecoder(tiny_decoder("llama"), "F*", tiny_tokenizer(), fast_attention=True, compile=False)
+    monkeypatch.setattr(llama, "_graphs_apply", lambda device, longest: True)
+    monkeypatch.setattr(batching, "pad_id", lambda tokenizer: 10_000)  # a pad token added, the model not resized
+    for _ in range(2):
+        with pytest.raises(ValueError, match="vocabulary"):
+            llama.encode(["a", "the cat sat"], batch_size=2, show_progress_bar=False)
+    assert all(key[1:] != ("pooled",) for made in unrolled.made for key in made.keys)
+    assert llama.encode(["the cat", "the dog"], batch_size=2, show_progress_bar=False).shape[0] == 2  # same lengths
 
 
 # ---------------------------------------------------------------- on CUDA
@@ -359,7 +481,8 @@ def test_encode_through_pooled_graphs_equals_the_padded_path(pooling, spec, prep
             np.testing.assert_allclose(got, want, atol=0.03)
     pooled = [key for key, _ in graphs._graphs.graphs if "pooled" in key]
     assert pooled and graphs._graphs.broken is None and graphs._graphs.replays > 0
-    assert not np.abs(graphs.encode([""], pooling=pooling)).any(), "a text with no tokens pools to zeros"
+    empty = graphs.encode(texts, pooling=pooling, batch_size=8)[3::4]  # in batches of a bucket seen before
+    assert not np.abs(empty).any(), "a text with no tokens pools to zeros"
 
 
 @needs_kernel
