@@ -63,33 +63,6 @@ def batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def pad(
-    tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right", *, pin_memory: bool = False
-) -> Padded:
-    """The inputs ``rows`` of ``tokens`` as one padded batch, padded on ``side`` (``right`` or ``left``).
-
-    An all-empty batch still has one (padding) column. With ``pin_memory`` the tensors are in pinned
-    (page-locked) memory, so that copies to a GPU with ``non_blocking=True`` do not wait for it.
-
-    Raises:
-        ValueError: for a ``side`` other than ``right`` or ``left``.
-    """
-    if side not in ("right", "left"):
-        raise ValueError(f"padding side must be 'right' or 'left', got {printable(repr(side))}")
-    prefix = torch.tensor([len(tokens.prefix_ids[i]) for i in rows], dtype=torch.long)  # (B,)
-    text_end = prefix + torch.tensor([len(tokens.text_ids[i]) for i in rows], dtype=torch.long)  # (B,)
-    length = text_end + torch.tensor([len(tokens.suffix(i)) for i in rows], dtype=torch.long)  # (B,)
-    width = max(1, int(length.max())) if len(rows) else 1
-    start = torch.zeros_like(length) if side == "right" else width - length  # (B,) first real column
-    place = torch.arange(width)[None, :] - start[:, None]  # (B, T) index within the row's tokens
-    real = (place >= 0) & (place < length[:, None])  # (B, T)
-    flat = list(chain.from_iterable(tokens.prefix_ids[i] + tokens.text_ids[i] + tokens.suffix(i) for i in rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    ids[real] = torch.tensor(flat, dtype=torch.long)  # row-major order: each row's tokens, in order
-    out = Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
-    return Padded(*(t.pin_memory() for t in out)) if pin_memory else out
-
-
 @dataclass(frozen=True)
 class Stream:
     """A batch's inputs packed row after row on the host: what :func:`pad` lays out, without the padding."""
@@ -106,6 +79,33 @@ def stream(tokens: Tokenized, rows: Sequence[int]) -> Stream:
     lengths = [len(a) + len(b) + len(c) for a, b, c in pieces]
     ids = np.fromiter(chain.from_iterable(a + b + c for a, b, c in pieces), dtype=np.int64, count=sum(lengths))
     return Stream(ids, lengths, [len(a) for a, _, _ in pieces], [len(b) for _, b, _ in pieces])
+
+
+def pad(
+    tokens: Tokenized, rows: Sequence[int], pad_id: int, side: str = "right", *, pin_memory: bool = False
+) -> Padded:
+    """The inputs ``rows`` of ``tokens`` as one padded batch, padded on ``side`` (``right`` or ``left``).
+
+    An all-empty batch still has one (padding) column. With ``pin_memory`` the tensors are in pinned
+    (page-locked) memory, so that copies to a GPU with ``non_blocking=True`` do not wait for it.
+
+    Raises:
+        ValueError: for a ``side`` other than ``right`` or ``left``.
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"padding side must be 'right' or 'left', got {printable(repr(side))}")
+    packed = stream(tokens, rows)
+    prefix = torch.tensor(packed.prefix, dtype=torch.long)  # (B,)
+    text_end = prefix + torch.tensor(packed.text, dtype=torch.long)  # (B,)
+    length = torch.tensor(packed.lengths, dtype=torch.long)  # (B,)
+    width = max(1, int(length.max())) if len(rows) else 1
+    start = torch.zeros_like(length) if side == "right" else width - length  # (B,) first real column
+    place = torch.arange(width)[None, :] - start[:, None]  # (B, T) index within the row's tokens
+    real = (place >= 0) & (place < length[:, None])  # (B, T)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    ids[real] = torch.from_numpy(packed.ids)  # row-major order: each row's tokens, in order
+    out = Padded(ids, real.long(), real & (place >= prefix[:, None]) & (place < text_end[:, None]))
+    return Padded(*(t.pin_memory() for t in out)) if pin_memory else out
 
 
 @dataclass(frozen=True)
