@@ -75,6 +75,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--specs", nargs="*", default=None, help="default: every spec kind at half the depth")
     p.add_argument("--no-st", action="store_true", help="leave sentence-transformers out")
+    p.add_argument("--no-eager", action="store_true", help="leave out the runs without graphs or uncompiled")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args()
     from transformers import AutoTokenizer
@@ -94,8 +95,10 @@ def main() -> None:
     if not args.no_st:
         runs["sentence-transformers"] = sentence_transformers(model, tokenizer, texts, args.batch)
     for spec in specs:
-        variants = {"": {}, ", cuda_graphs=False": {"cuda_graphs": False}}
-        if spec == "F*":  # the default compiles the graphs' layer loop: what that gives
+        variants: dict[str, dict] = {"": {}}
+        if not args.no_eager:
+            variants[", cuda_graphs=False"] = {"cuda_graphs": False}
+        if spec == "F*" and not args.no_eager:  # the default compiles the graphs' layer loop: what that gives
             variants[", compile=False"] = {"compile": False}
         for suffix, options in variants.items():
             encoder = EncoderFromDecoder(model, spec, tokenizer, **options)
