@@ -11,7 +11,10 @@ tokenizer, over the same texts (6-40 words, about 29 Qwen2.5 tokens each), at on
   (``cuda_graphs=False``); for ``F*`` also graphs of uncompiled layers (``compile=False``).
 
 Each row is the median of ``--repeats`` passes after two warm-up passes (graphs are captured in the second),
-rows interleaved pass by pass so that a slow spell of the machine hits each alike. Model-FLOPs utilization
+rows interleaved pass by pass so that a slow spell of the machine hits each alike, and the order of the rows
+turned by one each round (the row right after the stock rows ran 7-14% slow on an H200: see
+``results/texts-gpu-final/``), so that with a multiple of the row count as ``--repeats`` each row runs in every
+place equally often. Model-FLOPs utilization
 counts the matrix products of one forward of the decoder's layers (``2 x`` their weights per token, plus
 attention's ``4 x layers x width x length`` per token), divided by the card's dense bfloat16 peak; specs that run
 extra layer passes (INTER) get no credit for them.
@@ -109,8 +112,10 @@ def main() -> None:
     for _ in range(2):  # warm-up: kernels chosen; graphs captured (a bucket at its second batch)
         for fn in runs.values():
             fn()
-    for _ in range(args.repeats):
-        for name, fn in runs.items():
+    names = list(runs)
+    for round_ in range(args.repeats):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            fn = runs[name]
             torch.cuda.synchronize()
             start = time.perf_counter()
             fn()
@@ -134,6 +139,7 @@ def main() -> None:
         mfu = rate[name] * tokens / len(texts) * per_token / peak if peak else None
         row = {
             "run": name, "texts_per_s": rate[name], "passes": each, "mfu": mfu,
+            "passes_in_order": [len(texts) / t for t in took],
             "vs_stock": rate[name] / rate["stock AutoModel, mean pool by hand"],
             "vs_st": rate[name] / st_rate if st_rate else None, "vs_f": rate[name] / rate["nosink `F*`"],
         }  # fmt: skip
