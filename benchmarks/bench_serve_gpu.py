@@ -462,6 +462,9 @@ def main() -> None:
                         1, batches
                     )
                     print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
+                    report["runs"][str(workers)] = rows
+                    if args.json:  # after every load: a run cut short (a time limit) keeps the loads it finished
+                        args.json.write_text(json.dumps(report, indent=1))
                     if spy is not None:
                         print(spy_summary(spy, raw, load, args.seconds), flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
