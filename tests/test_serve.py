@@ -11,10 +11,6 @@ import json
 import logging
 import math
 import re
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,17 +26,17 @@ pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
 import transformers as tf  # noqa: E402
+from plain_http import KEY, request_json  # noqa: E402
 from tiny import CHAT_TEMPLATE, tiny_chat_model  # noqa: E402
 
 import nosink.serve  # noqa: E402
 from nosink.models import texts as nosink_texts  # noqa: E402
-from nosink.serve import ApiError, Limits, ServerThread, bind, create_app, run  # noqa: E402
+from nosink.serve import ApiError, Limits, ServerThread, create_app  # noqa: E402
 from nosink.serve.engine import Engine  # noqa: E402
 from nosink.serve.jobs import EmbedJob  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-KEY = "test-key"
 SPEC = "F* | M0B*2"
 PROMPTS = {"query": "what is ", "doc": "i like "}
 TEMPLATE = CHAT_TEMPLATE
@@ -65,19 +61,6 @@ def server():
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
-
-
-def _raw(server, method, path, body=b"", headers=None):
-    """``(status, parsed JSON body)`` of one plain HTTP request (for what the openai client would not send)."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    hdrs = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **(headers or {})}
-    if not isinstance(body, bytes):
-        body = json.dumps(body).encode()
-    conn.request(method, path, body=body, headers={k: v for k, v in hdrs.items() if v is not None})
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, json.loads(data)
 
 
 def _raw_text(server, path, body):
@@ -283,7 +266,7 @@ def test_models_and_health(server, client):
     assert card.id == "tiny" and card.owned_by == "nosink"
     assert card.model_extra["spec"] == SPEC and card.model_extra["prompts"] == ["doc", "query"]
     assert card.model_extra["dimensions"] == 32 and card.model_extra["chat"] is True
-    status, body = _raw(server, "GET", "/health", headers={"Authorization": None})
+    status, body = request_json(server, "GET", "/health", headers={"Authorization": None})
     assert status == 200 and body["status"] == "ok"
 
 
@@ -369,7 +352,7 @@ def test_a_bad_request_gets_its_status_and_error_body_and_the_server_goes_on(
     server, client, name, path, body, headers, status, code
 ):
     headers = dict(headers)
-    got_status, got = _raw(server, headers.pop("method", "POST"), path, body, headers)
+    got_status, got = request_json(server, headers.pop("method", "POST"), path, body, headers)
     assert got_status == status, got
     assert set(got) == {"error"} and got["error"]["code"] == code
     assert got["error"]["type"] == "invalid_request_error"
@@ -435,7 +418,7 @@ def test_the_guide_lists_every_error_the_server_sends():
 )
 def test_a_lone_surrogate_is_a_400_naming_the_text(server, path, body, named, param):
     # json.dumps writes "\ud800" escapes, which the server's json.loads decodes to lone surrogates.
-    status, got = _raw(server, "POST", path, body)
+    status, got = request_json(server, "POST", path, body)
     assert status == 400, got
     error = got["error"]
     assert (error["code"], error["param"]) == ("invalid_input", param)
@@ -443,33 +426,17 @@ def test_a_lone_surrogate_is_a_400_naming_the_text(server, path, body, named, pa
 
 
 def test_unsupported_chat_fields_are_refused_by_name_and_their_empty_values_served(server):
-    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, "logprobs": True, "top_logprobs": 2})
+    status, got = request_json(server, "POST", "/v1/chat/completions", {**OK_CHAT, "logprobs": True, "top_logprobs": 2})
     assert status == 400 and got["error"]["param"] == "logprobs" and "'logprobs' is not supported" in str(got)
     # Values that ask for nothing, and fields that change no answer (user, metadata), are served.
     nothing = {"tools": [], "tool_choice": "none", "logprobs": False, "top_logprobs": 0, "presence_penalty": 0.0}
     more = {"response_format": {"type": "text"}, "modalities": ["text"], "user": "u1", "metadata": {"a": "b"}}
-    status, got = _raw(server, "POST", "/v1/chat/completions", {**OK_CHAT, **nothing, **more})
+    status, got = request_json(server, "POST", "/v1/chat/completions", {**OK_CHAT, **nothing, **more})
     assert status == 200 and got["choices"][0]["finish_reason"] in ("stop", "length"), got
 
 
-def test_a_device_this_machine_lacks_is_one_clear_error_before_loading(tmp_path, capsys, monkeypatch):
-    from nosink.cli import main
-    from nosink.serve import check_device, load_model
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    folder = _saved_chat_model(tmp_path / "m")
-    with pytest.raises(ValueError, match=r"^CUDA is not available \(.*\); use --device cpu$"):
-        load_model(folder, device="cuda")
-    with pytest.raises(ValueError, match=r"^unknown device 'gpu0': use cpu, cuda"):
-        load_model(folder, device="gpu0")
-    assert check_device("cpu") == torch.device("cpu") and check_device(None) is None
-    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), "--device", "cuda:1"]) == 1
-    err = _errors(capsys.readouterr().err)
-    assert len(err) == 1 and err[0].startswith("nosink: error: CUDA is not available") and "--device cpu" in err[0]
-
-
 def test_messages_quote_client_input_without_control_characters(server):
-    status, got = _raw(server, "POST", "/v1/embeddings", {**OK_EMBED, "model": "x\x1b]0;pwned\x07"})
+    status, got = request_json(server, "POST", "/v1/embeddings", {**OK_EMBED, "model": "x\x1b]0;pwned\x07"})
     assert status == 404
     message = got["error"]["message"]
     assert "pwned" in message and "\x1b" not in message and "\x07" not in message and "\\x1b" in message
@@ -674,7 +641,7 @@ def test_a_failing_request_does_not_fail_its_batch_companions(server):
 
 def test_a_disconnected_stream_stops_its_generation(server):
     def health():
-        return _raw(server, "GET", "/health")[1]
+        return request_json(server, "GET", "/health")[1]
 
     before = health()["dropped"]
     conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
@@ -695,7 +662,7 @@ def test_a_disconnected_stream_stops_its_generation(server):
     assert after["dropped"] == before + 1 and after["waiting"] == 0
 
 
-# ---------------------------------------------------------------------------------------------- setup and CLI
+# ------------------------------------------------ setup (the command line's: test_serve_cli.py)
 
 
 def test_embeddings_only_server_refuses_chat(server):
@@ -703,7 +670,7 @@ def test_embeddings_only_server_refuses_chat(server):
     app = create_app(lm.model, tok, SPEC, name="tiny", chat=False)  # a bare decoder: no LM head, no chat
     with ServerThread(app) as running:
         running.app = app
-        status, got = _raw(running, "POST", "/v1/chat/completions", OK_CHAT)
+        status, got = request_json(running, "POST", "/v1/chat/completions", OK_CHAT)
         assert status == 404 and got["error"]["code"] == "chat_disabled"
         c = openai.OpenAI(base_url=running.url + "/v1", api_key="-", max_retries=0)  # no key needed here
         np.testing.assert_allclose(_vectors(c.embeddings.create(model="tiny", input=TEXTS)), _encode(running, TEXTS))
@@ -740,368 +707,6 @@ def test_create_app_refuses_what_cannot_serve():
     assert ApiError(400, "m", "c").body() == {
         "error": {"message": "m", "type": "invalid_request_error", "param": None, "code": "c"}
     }
-
-
-def test_importing_nosink_does_not_import_the_web_stack():
-    code = "import sys, nosink, nosink.cli, nosink.serve; print(sorted(m for m in ('fastapi', 'uvicorn') if m in sys.modules))"  # noqa: E501
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
-
-
-def _saved_chat_model(folder):
-    lm, tok = tiny_chat_model()
-    lm.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_cli_serve_loads_once_and_serves_on_localhost(tmp_path, monkeypatch):
-    from nosink.cli import main
-
-    folder = _saved_chat_model(tmp_path / "m")
-    port, seen = _free_port(), {}
-
-    def fake_run(app, host, port, sockets, on_started, workers, log_level):
-        seen.update(app=app, host=host, port=port, bound=[s.getsockname() for s in sockets], workers=workers)
-        seen.update(log_level=log_level)
-
-    monkeypatch.setattr(nosink.serve, "run", fake_run)
-    monkeypatch.setenv("NOSINK_API_KEY", "from-env")
-    args = ["serve", str(folder), "--spec", SPEC, "--port", str(port), "--prompts", "query=what is\\n", "q2=a"]
-    assert main(args) == 0
-    limits = seen["app"].state.limits
-    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (10, 30, 64)
-    more = ["--header-timeout", "2.5", "--body-timeout", "7", "--max-connections-per-client", "3"]
-    assert main([*args, *more, "--max-connections", "9"]) == 0
-    limits = seen["app"].state.limits
-    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_connections_per_client) == (2.5, 7, 3)
-    assert limits.max_connections == 9 and limits.chat_share == 0.5
-    assert main([*args, "--chat-share", "0.25"]) == 0
-    assert seen["app"].state.limits.chat_share == 0.25
-    assert (seen["host"], seen["port"], seen["bound"]) == ("127.0.0.1", port, [("127.0.0.1", port)])
-    assert seen["workers"] == 0  # auto: one process on the CPU, whose cores run the model
-    assert seen["log_level"] == "info"
-    assert main([*args, "--workers", "3", "--log-level", "warning"]) == 0
-    assert (seen["workers"], seen["log_level"]) == (3, "warning")
-    app = seen["app"]
-    assert app.state.name == "m" and app.state.encoder.decoder is app.state.model.model
-    with ServerThread(app) as running:
-        status, got = _raw(running, "GET", "/v1/models", headers={"Authorization": "Bearer from-env"})
-        assert status == 200 and got["data"][0]["prompts"] == ["q2", "query"]
-        assert _raw(running, "GET", "/v1/models")[0] == 401
-
-
-def test_the_model_id_is_named_in_one_place(tmp_path, monkeypatch):
-    from nosink.cli import main
-    from nosink.serve import load_model
-
-    folder = _saved_chat_model(tmp_path / "my-model")
-    apps = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: apps.append(app))
-    monkeypatch.chdir(folder)
-    assert main(["serve", ".", "--spec", SPEC, "--port", str(_free_port())]) == 0  # the folder ".": its own name
-    assert main(["serve", str(folder) + "/", "--spec", SPEC, "--port", str(_free_port()), "--name", "mine"]) == 0
-    assert [app.state.name for app in apps] == ["my-model", "mine"]
-    model, tok = load_model(folder)
-    assert create_app(model, tok, SPEC).state.name == "my-model"  # the library names it as the command line does
-    lm, tok = tiny_chat_model()
-    assert create_app(lm, tok, SPEC).state.name == "model"  # built in code: no folder to name it after
-
-
-@pytest.mark.parametrize("port", ["0", "70000", "-1", "http"])
-def test_cli_serve_refuses_a_port_out_of_range_before_anything_else(tmp_path, capsys, port):
-    from nosink.cli import main
-
-    with pytest.raises(SystemExit) as exit:  # the folder does not exist either: the port is refused first
-        main(["serve", str(tmp_path / "missing"), "--spec", SPEC, "--port", port])
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert "argument --port" in err and "missing" not in err and "Traceback" not in err
-
-
-@pytest.mark.parametrize(
-    ("device", "cpus", "expected"),
-    [("cpu", 16, 0), (None, 16, 0), ("cuda", 16, 8), ("cuda:1", 64, 8), ("cuda", 6, 3), ("cuda", 1, 1)],
-)
-def test_auto_workers_are_half_the_cores_up_to_8_on_a_gpu_and_none_on_the_cpu(device, cpus, expected):
-    from nosink.cli.serve import workers_for
-
-    assert workers_for("auto", None if device is None else torch.device(device), cpus=cpus) == expected
-    assert workers_for(5, torch.device("cuda"), cpus=cpus) == 5  # a number given is taken as it is
-
-
-@pytest.mark.parametrize("workers", ["-1", "65", "two", "1.5"])
-def test_cli_serve_refuses_a_bad_number_of_workers_before_anything_else(tmp_path, capsys, workers):
-    from nosink.cli import main
-
-    with pytest.raises(SystemExit) as exit:
-        main(["serve", str(tmp_path / "missing"), "--spec", SPEC, "--workers", workers])
-    assert exit.value.code == 2
-    err = capsys.readouterr().err
-    assert "argument --workers" in err and "auto or an integer from 0 to 64" in err and "Traceback" not in err
-
-
-def _errors(text):
-    """The lines of ``text`` (stderr) other than progress bars (transformers' loading and saving)."""
-    return [line for line in text.splitlines() if line.strip() and not re.search(r"\| \d+/\d+ \[", line)]
-
-
-def _ctrl_c_as_a_terminal_sends_it():
-    """Run in the child before it starts: SIGINT back to its default, so that Python installs its Ctrl-C
-    handler. A background job of a shell without job control inherits SIGINT ignored, and uvicorn re-raises an
-    ignored SIGINT into nothing (the server then exits 0, not 130)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-@pytest.fixture
-def ctrl_c():
-    """Ctrl-C raises KeyboardInterrupt during the test, even where pytest was started with SIGINT ignored."""
-    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, saved)
-
-
-@pytest.fixture
-def uvicorn_logging():
-    """uvicorn configures its loggers for each server it builds (to the stderr of the moment): restore them."""
-    loggers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
-    saved = [(log.level, list(log.handlers), log.propagate) for log in loggers]
-    yield
-    for log, (level, handlers, propagate) in zip(loggers, saved, strict=True):
-        log.setLevel(level)
-        log.handlers[:] = handlers
-        log.propagate = propagate
-
-
-def _taken():
-    """A socket listening on a free localhost port: that port is taken."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    return sock
-
-
-def test_cli_serve_on_a_taken_port_fails_in_one_line_before_loading_the_model(tmp_path, capsys, monkeypatch):
-    from nosink.cli import main
-
-    loaded = []
-    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
-    folder = _saved_chat_model(tmp_path / "m")
-    with _taken() as other:
-        port = other.getsockname()[1]
-        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(port)]) == 1
-    assert loaded == []
-    err = _errors(capsys.readouterr().err)
-    assert len(err) == 1, err
-    assert err[0].startswith(f"nosink: error: cannot listen on 127.0.0.1:{port}: ") and "in use" in err[0], err
-
-
-def test_cli_serve_whose_server_fails_to_start_says_why_in_one_line(tmp_path, capfd, monkeypatch, uvicorn_logging):
-    from nosink.cli import main
-
-    def fail(self):
-        raise RuntimeError("no thread for the model")
-
-    monkeypatch.setattr(nosink.serve.engine.Engine, "start", fail)  # the app's startup fails inside uvicorn
-    folder = _saved_chat_model(tmp_path / "m")
-    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 1
-    err = _errors(capfd.readouterr().err)
-    assert len(err) == 1, err  # no "serving ..." line, no uvicorn log lines, no traceback
-    assert err[0].startswith("nosink: error: the server did not start: ") and "no thread for the model" in err[0]
-
-
-def test_cli_serve_says_serving_once_it_accepts_connections(tmp_path):
-    folder = _saved_chat_model(tmp_path / "m")
-    port = _free_port()
-    cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--no-chat"]
-    server = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_a_terminal_sends_it
-    )
-    try:
-        before = []
-        for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
-            if line.startswith("serving "):
-                break
-            before.append(line)
-        no_key = "no API key: anyone who can reach the port can use it"
-        assert line == f"serving m (spec {SPEC}) on http://127.0.0.1:{port}/v1 ({no_key})\n", before
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("GET", "/health")  # at once, no retry: the server listens before it says so
-        assert conn.getresponse().status == 200
-        conn.close()
-    finally:
-        server.send_signal(signal.SIGINT)
-        rest = server.communicate(timeout=120)[1]
-    assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
-
-
-def test_cli_serve_with_front_end_processes_serves_and_stops_them_on_ctrl_c(tmp_path):
-    folder = _saved_chat_model(tmp_path / "m")
-    port = _free_port()
-    cmd = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", SPEC, "--port", str(port), "--workers", "2"]
-    server = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_a_terminal_sends_it
-    )
-    children = []
-    try:
-        for line in server.stderr:  # ends when the process does: the test fails on its stderr, not a timeout
-            if line.startswith("serving "):
-                break
-        assert line.startswith(f"serving m (spec {SPEC}, chat), 2 front-end processes on http://127.0.0.1:{port}/v1")
-        children = [int(p) for p in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
-        assert len(children) >= 2  # the front-ends (and multiprocessing's resource tracker)
-        body = json.dumps({"model": "m", "input": TEXTS})
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
-        answer = conn.getresponse()
-        assert answer.status == 200 and len(json.loads(answer.read())["data"]) == len(TEXTS)
-        conn.close()
-    finally:
-        server.send_signal(signal.SIGINT)
-        rest = server.communicate(timeout=120)[1]
-    assert server.returncode == 130 and rest.strip().endswith("nosink: error: interrupted"), rest
-    for pid in children:  # none is left behind
-        deadline = time.monotonic() + 30  # a bound on waiting, not a timing assertion
-        while Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), pid
-
-
-def _state(pid):
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return "gone"
-
-
-def test_bind_refuses_a_taken_port_or_a_bad_one():
-    with _taken() as other:
-        port = other.getsockname()[1]
-        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: .*in use"):
-            bind("127.0.0.1", port)
-        with pytest.raises(OSError, match=rf"^cannot listen on 127\.0\.0\.1:{port}: "):
-            ServerThread(create_app(*tiny_chat_model(), SPEC), port=port).start()
-    for port in (70000, -1, True, "80"):
-        with pytest.raises(ValueError, match="from 0 to 65535"):
-            bind("127.0.0.1", port)
-    (sock,) = bind("127.0.0.1", 0)
-    with sock:
-        assert sock.getsockname()[0] == "127.0.0.1" and sock.getsockname()[1] > 0
-
-
-def test_run_says_when_it_started_and_turns_a_failed_start_into_one_error(capfd, monkeypatch, uvicorn_logging, ctrl_c):
-    lm, tok = tiny_chat_model()
-    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
-    urls = []
-
-    def started(url):  # called by the server's event loop once it listens (so no HTTP request can be answered here)
-        urls.append(url)
-        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=60):
-            urls.append("connected")  # the system accepts the connection: the socket listens
-        signal.raise_signal(signal.SIGINT)  # Ctrl-C: uvicorn stops, then raises it again as KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run(app, port=0, on_started=started, log_level="warning")
-    assert len(urls) == 2 and urls[0].startswith("http://127.0.0.1:") and urls[1] == "connected"
-    monkeypatch.setattr(nosink.serve.engine.Engine, "start", lambda self: 1 / 0)
-    app = create_app(lm, tok, SPEC, name="tiny", chat=False)
-    capfd.readouterr()
-    with pytest.raises(OSError, match=r"^the server did not start: .*ZeroDivisionError: division by zero"):
-        run(app, port=0, on_started=urls.append)
-    assert len(urls) == 2 and "ERROR" not in capfd.readouterr().err  # held back: the exception says it
-
-
-@pytest.mark.parametrize(
-    ("argv", "env", "named"),
-    [(["--api-key", ""], None, "--api-key"), (["--api-key", "  "], None, "--api-key"), ([], "", "$NOSINK_API_KEY")],
-    ids=["empty --api-key", "blank --api-key", "empty NOSINK_API_KEY"],
-)
-def test_cli_serve_refuses_an_empty_api_key_before_loading_the_model(tmp_path, capsys, monkeypatch, argv, env, named):
-    from nosink.cli import main
-
-    # `--api-key "$KEY"` with KEY unset gives "": that must not mean "serve without a key".
-    loaded, served = [], []
-    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
-    if env is None:
-        monkeypatch.delenv("NOSINK_API_KEY", raising=False)
-    else:
-        monkeypatch.setenv("NOSINK_API_KEY", env)
-    folder = _saved_chat_model(tmp_path / "m")
-    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 1
-    assert loaded == [] and served == []
-    err = _errors(capsys.readouterr().err)
-    assert len(err) == 1 and err[0].startswith(f"nosink: error: {named} is empty") and "without one" in err[0], err
-
-
-def test_cli_serve_refuses_a_key_no_client_can_send_before_loading_the_model(tmp_path, capsys, monkeypatch):
-    from nosink.cli import main
-
-    loaded = []
-    monkeypatch.setattr(nosink.serve, "load_model", lambda *a, **k: loaded.append(a))
-    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
-    folder = _saved_chat_model(tmp_path / "m")
-    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), "--api-key", "key "]) == 1
-    err = _errors(capsys.readouterr().err)
-    assert loaded == [] and len(err) == 1 and "--api-key has spaces at its ends" in err[0], err
-
-
-def test_cli_serve_says_whether_an_api_key_is_required(tmp_path, capsys, monkeypatch):
-    from nosink.cli import main
-
-    monkeypatch.setattr(nosink.serve, "run", lambda app, on_started, **kwargs: on_started("http://127.0.0.1:1"))
-    folder = _saved_chat_model(tmp_path / "m")
-    monkeypatch.delenv("NOSINK_API_KEY", raising=False)
-    for argv, said in [
-        ([], "no API key: anyone who can reach the port can use it"),
-        (["--api-key", "k"], "API key required"),
-    ]:
-        assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port()), *argv]) == 0
-        assert _errors(capsys.readouterr().err) == [f"serving m (spec {SPEC}, chat) on http://127.0.0.1:1/v1 ({said})"]
-    monkeypatch.setenv("NOSINK_API_KEY", "from-env")
-    assert main(["serve", str(folder), "--spec", SPEC, "--port", str(_free_port())]) == 0
-    assert _errors(capsys.readouterr().err)[-1].endswith("(API key required)")
-
-
-def test_cli_serve_reads_a_saved_encoders_spec_and_asks_a_plain_model_for_one(tmp_path, capsys, monkeypatch):
-    from nosink import EncoderFromDecoder
-    from nosink.cli import main
-
-    served = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
-    lm, tok = tiny_chat_model()
-    EncoderFromDecoder(lm.model, "F* | B", tok, sink_token="<s>").save_pretrained(tmp_path / "enc")
-    assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--port", str(_free_port())]) == 0
-    encoder = served[-1].state.encoder
-    assert str(encoder.spec) == "F* | B" and encoder.sink_token == "<s>"  # nosink.json's spec and sink token
-    assert main(["serve", str(tmp_path / "enc"), "--no-chat", "--spec", SPEC, "--port", str(_free_port())]) == 0
-    assert str(served[-1].state.encoder.spec) == SPEC  # --spec wins over the saved one
-    assert served[-1].state.encoder.cuda_graphs is True  # on by default; --no-cuda-graphs turns them off
-    argv = ["serve", str(tmp_path / "enc"), "--no-chat", "--no-cuda-graphs", "--port", str(_free_port())]
-    assert main(argv) == 0
-    assert served.pop().state.encoder.cuda_graphs is False
-    folder = _saved_chat_model(tmp_path / "m")
-    capsys.readouterr()
-    assert main(["serve", str(folder), "--port", str(_free_port())]) == 1
-    err = _errors(capsys.readouterr().err)
-    assert err == [f"nosink: error: {folder} is a plain decoder: give --spec, e.g. --spec 'F* | M0B*4'"], err
-    assert len(served) == 2
-
-
-def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
-    from nosink.cli import main
-
-    # Like every CLI failure: one line on stderr and a non-zero exit, before any model is loaded.
-    assert main(["serve", str(tmp_path), "--spec", SPEC, "--prompts", "noequals"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "NAME=TEXT" in err[0] and "'noequals'" in err[0]
 
 
 # ---------------------------------------------------------------------------------------------- the real model
