@@ -13,7 +13,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from test_serve import TEXTS, _errors, _free_port, _raw, _saved_chat_model, _vectors, tiny_chat_model  # noqa: E402
+from plain_http import request_json  # noqa: E402
+from test_serve import TEXTS, _vectors, tiny_chat_model  # noqa: E402
+from test_serve_cli import _errors, _free_port, _saved_chat_model  # noqa: E402
 
 import nosink.serve  # noqa: E402
 from nosink import EncoderFromDecoder  # noqa: E402
@@ -117,7 +119,7 @@ def test_a_model_id_not_served_at_an_endpoint_is_404_naming_what_is(server):
         ("/v1/chat/completions", {"model": "early", "messages": [{"role": "user", "content": "a"}]},
          "'early' serves embeddings only"),
     ]:  # fmt: skip
-        status, got = _raw(server, "POST", path, body)
+        status, got = request_json(server, "POST", path, body)
         assert status == 404 and got["error"]["code"] == "model_not_found", got
         message = got["error"]["message"]
         assert said in message and "tiny (spec F* | M0B*2, chat), early (spec F* | B @ exit 3)" in message, message
@@ -129,9 +131,9 @@ def test_chat_alone_under_the_models_id(server):
     served = app.state.served
     assert served.ids() == ["tiny", "sts"] and served.described() == "tiny (chat), sts (spec F* | B)"
     with ServerThread(app) as running:
-        status, got = _raw(running, "POST", "/v1/embeddings", {"model": "tiny", "input": "the cat"})
+        status, got = request_json(running, "POST", "/v1/embeddings", {"model": "tiny", "input": "the cat"})
         assert status == 404 and "'tiny' serves chat only" in got["error"]["message"]
-        status, got = _raw(running, "GET", "/v1/models")
+        status, got = request_json(running, "GET", "/v1/models")
         assert [(c["id"], c["chat"], c["spec"]) for c in got["data"]] == [
             ("tiny", True, None),
             ("sts", False, "F* | B"),
