@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from plain_http import request_json
 from tiny import tiny_chat_model
 
 from nosink.serve import Limits, ServerThread, create_app
@@ -24,17 +25,6 @@ OK_EMBED = {"model": "tiny", "input": ["the cat"]}
 
 # With pytest-xdist this file's tests run on one worker (--dist loadgroup): its server starts once.
 pytestmark = pytest.mark.xdist_group("test_serve_http")
-
-
-def _raw(server, method, path, body=None):
-    """``(status, parsed JSON body)`` of one plain HTTP request."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
-    data = b"" if body is None else json.dumps(body).encode()
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-    response = conn.getresponse()
-    data = response.read()
-    conn.close()
-    return response.status, json.loads(data)
 
 
 def _until(condition, what):
@@ -77,14 +67,14 @@ def _closed_after(server, sent, pause=0.0, source="127.0.0.1"):
 def _health(server):
     """The status of ``GET /health``, None if the connection is refused before an answer is read."""
     try:
-        return _raw(server, "GET", "/health")[0]
+        return request_json(server, "GET", "/health")[0]
     except (OSError, http.client.HTTPException):
         return None
 
 
 def _serves(server):
     """The server answers a whole request from the same client."""
-    status, body = _raw(server, "POST", "/v1/embeddings", OK_EMBED)
+    status, body = request_json(server, "POST", "/v1/embeddings", OK_EMBED)
     assert status == 200 and len(body["data"]) == 1
 
 
