@@ -37,7 +37,7 @@ needs no host value per batch, so it can be captured in a CUDA graph (:mod:`nosi
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,9 @@ from nosink.layerspec import Kind
 
 from . import varlen
 from .varlen import Segments, varlen_ready
+
+if TYPE_CHECKING:
+    from .riding import Rider
 
 __all__ = [
     "Layout",
@@ -267,11 +270,14 @@ class Route:
     Args:
         kind: the layer kind.
         layout: the batch's padded :class:`Layout`, or its :class:`Packed` stream of real tokens.
+        tail: decode tokens riding after a packed stream, and the layer's index in their cache (see
+            :mod:`nosink.models.riding`): the stream's last ``len(rider)`` tokens attend their cache rows instead.
     """
 
-    def __init__(self, kind: Kind, layout: Layout | Packed) -> None:
+    def __init__(self, kind: Kind, layout: Layout | Packed, tail: tuple[Rider, int] | None = None) -> None:
         self.kind = kind
         self.layout = layout
+        self.tail = tail
 
     def __repr__(self) -> str:
         return f"Route({self.kind}, padded={self.layout.padded})"
@@ -317,7 +323,15 @@ def attend(
     if query.shape[1] % key.shape[1]:
         raise ValueError(f"{query.shape[1]} query heads are not a multiple of {key.shape[1]} key heads")
     if isinstance(route.layout, Packed):
-        return _attend_packed(query, key, value, route.kind, route.layout, scale)
+        if route.tail is None:
+            return _attend_packed(query, key, value, route.kind, route.layout, scale)
+        rider, layer = route.tail
+        n = route.layout.total
+        if query.shape[0] != 1 or query.shape[2] != n + len(rider):
+            raise ValueError(f"a stream of {n} tokens and {len(rider)} riding takes (1, H, {n + len(rider)}, D)")
+        out = _attend_packed(query[:, :, :n], key[:, :, :n], value[:, :, :n], route.kind, route.layout, scale)
+        q, k, v = (rearrange(x[:, :, n:], "1 h r d -> r h d") for x in (query, key, value))
+        return torch.cat([out, rider.attend(layer, q, k, v, scale)[None]], dim=1)
     b, heads = query.shape[:2]
     layout, kind = route.layout, route.kind
     own_value = value

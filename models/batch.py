@@ -24,12 +24,14 @@ from .attention import Layout, Packed, Route, fast_route
 
 if TYPE_CHECKING:
     from .families import DecoderParts
+    from .riding import Rider
 
 __all__ = [
     "PACK_MIN_PADDING",
     "PLACEHOLDER_POSITION",
     "Batch",
     "HostBatch",
+    "board",
     "dense_mask",
     "packs",
     "prepare",
@@ -67,6 +69,7 @@ class Batch:
     input_ids: torch.Tensor | None = None  # (B, T), or (1, N) when packed: what the embedding reads
     prepend: bool = False  # Token Prepending: each row's second token is a placeholder (it enters as zeros)
     rows: tuple[torch.Tensor, torch.Tensor] | None = None  # (placeholder, last token) per row, once worked out
+    rider: Rider | None = None  # decode tokens riding after the packed stream (see board)
 
     def unpack(self, hidden: torch.Tensor) -> torch.Tensor:
         """A stream back in the batch's ``(B, T, D)`` layout (zeros at padding when the batch ran packed)."""
@@ -237,4 +240,18 @@ def dense_mask(step: LayerStep, batch: Batch) -> torch.Tensor:
 
 def route_of(step: LayerStep, batch: Batch) -> Route | None:
     """The fast route of a layer step where it is exact; ``None`` sends the layer to the dense mask."""
-    return None if batch.layout is None else fast_route(step.kind, step.window, batch.layout)
+    route = None if batch.layout is None else fast_route(step.kind, step.window, batch.layout)
+    if route is not None and batch.rider is not None:
+        route.tail = (batch.rider, step.layer)
+    return route
+
+
+def board(batch: Batch, rider: Rider) -> None:
+    """Put ``rider``'s tokens at the end of a packed batch not yet embedded: its ids, its positions (each chat's
+    own), and the rider itself for the layers' routes (see :mod:`nosink.models.riding`)."""
+    if batch.packed is None or batch.hidden is not None or batch.input_ids is None:
+        raise ValueError("decode tokens ride only a packed batch, before its embedding")
+    rider.reset()
+    batch.input_ids = torch.cat([batch.input_ids, rider.ids[None].to(batch.input_ids.dtype)], dim=1)
+    batch.position_ids = torch.cat([batch.position_ids, rider.positions()[None].to(batch.position_ids.dtype)], dim=1)
+    batch.rider = rider

@@ -16,11 +16,23 @@ from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, as_spec
 
 from .attention import Layout
-from .batch import PLACEHOLDER_POSITION, Batch, HostBatch, dense_mask, packs, prepare, prepended, prepends, route_of
+from .batch import (
+    PLACEHOLDER_POSITION,
+    Batch,
+    HostBatch,
+    board,
+    dense_mask,
+    packs,
+    prepare,
+    prepended,
+    prepends,
+    route_of,
+)
 from .encoding import TextEncoding
 from .families import DecoderParts
 from .pretrained import load_encoder
 from .replaying import GraphReplay
+from .riding import Rider, rides
 from .saved import check_sink_token
 from .templates import as_template
 from .texts import Template
@@ -401,6 +413,9 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
             self._embed(batch)
         out: dict[str, torch.Tensor] = {}
         self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
+        if batch.rider is not None and batch.packed is not None:  # its tokens follow the stream's
+            (hidden,) = out.values()
+            batch.rider.logits = batch.rider.head(hidden[0, batch.packed.total :]).to(torch.float32, copy=True)
         return {name: batch.unpack(hidden) for name, hidden in out.items()}
 
     def _embed(self, batch: Batch) -> None:
@@ -480,22 +495,38 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
         plans: Sequence[Plan] = (),
         host: HostBatch | None = None,
         embed: bool = True,
+        rider: Rider | None = None,
     ) -> Batch:
         # The batch on the device (models/batch.py). Whether it takes the fast path and runs packed is decided
         # once, here; each layer step then only asks whether its own window allows the fast route (route_of).
-        # `embed=False` leaves the embedding to the caller (_run_plans: a CUDA graph may do it).
+        # `embed=False` leaves the embedding to the caller (_run_plans: a CUDA graph may do it). A `rider`'s tokens
+        # go after the packed stream (the caller checked that the batch rides: rides()).
         device = self.parts.embed_tokens.weight.device
         eager = self.parts.attn_implementation == "eager" if eager is None else eager
         fast = self._fast(device, eager)
 
         def packed(layout: Layout) -> bool:
-            return packs(layout, plans, self.pack_padding, self._graphs_apply(device, layout.max_length))
+            pack_padding = True if rider is not None else self.pack_padding
+            return packs(layout, plans, pack_padding, self._graphs_apply(device, layout.max_length))
 
         batch = prepare(self.parts, input_ids, attention_mask, eager=eager, fast=fast, packs=packed, host=host)
         batch.prepend = prepends(plans or [self.plan])
+        if rider is not None:
+            board(batch, rider)
         if embed:
             self._embed(batch)
         return batch
+
+    def rides(self, plans: Sequence[Plan]) -> bool:
+        """Whether :meth:`encode_batch` can carry decode tokens (a :class:`~nosink.models.riding.Rider`) in a batch
+        under ``plans``: the plans walk every layer once (:func:`~nosink.models.riding.rides`) and the batch runs
+        packed on the fast path (a GPU, or ``fast_attention=True``; not ``pack_padding=False``)."""
+        device = self.parts.embed_tokens.weight.device
+        return (
+            rides(plans, self.parts.depth)
+            and self.pack_padding is not False
+            and self._fast(device, self.parts.attn_implementation == "eager")
+        )
 
     def _fast(self, device: torch.device, eager: bool) -> bool:
         # Whether a batch takes the fast path (a layout of its real tokens, fast routes, packing where it pays).

@@ -30,6 +30,7 @@ from .texts import Template
 
 if TYPE_CHECKING:
     from .encoder import EncoderFromDecoder
+    from .riding import Rider
 
 __all__ = [
     "ENCODE_CHUNK_BATCHES", "ENCODE_LAG_BATCHES", "EncodeOptions", "Pooled", "ToHost", "encode_texts", "pooled_batches",
@@ -413,6 +414,7 @@ class TextEncoding:
         pooling: Pooling,
         padding_side: str,
         token_embeddings: bool,
+        rider: Rider | None = None,
     ) -> tuple[torch.Tensor, list[int] | None]:
         """One batch of ``tokens`` (its ``rows``), pooled under each plan and left on the device, nothing waited for.
 
@@ -422,7 +424,19 @@ class TextEncoding:
         is only queued; where a CUDA graph applies, pooled vectors come from one that also pools, built from the
         tokens without a padded batch (see ``models/replaying.py``). :func:`nosink.models.encoding.pooled_batches`
         brings the results to the host.
+
+        A ``rider`` (:mod:`nosink.models.riding`) puts decode tokens after the batch's packed stream: its
+        ``logits`` are set by this pass. Only where :meth:`rides` says the batch can carry one.
+
+        Raises:
+            ValueError: for plans whose Token Prepending disagrees with the encoder's, or a ``rider`` on a batch
+                that cannot carry one (or with ``token_embeddings``).
         """
+        if rider is not None and (token_embeddings or not self.rides(plans)):
+            raise ValueError(
+                "decode tokens ride only a pooled batch under one plan that walks every layer once, packed on the fast "
+                "path: check encoder.rides(plans) first"
+            )
         if any((plan.prepend is None) != (self.prepend is None) for plan in plans):
             raise ValueError(
                 "these tokens hold Token Prepending's placeholder only when the encoder prepends "
@@ -431,7 +445,8 @@ class TextEncoding:
             )
         if not token_embeddings and padding_side in ("right", "left"):  # a packed stream has no padding side
             with torch.inference_mode():
-                pooled = self._replay_pooled(tokens, rows, list(plans), pooling, _batching.pad_id(self.tokenizer))
+                pad_id = _batching.pad_id(self.tokenizer)
+                pooled = self._replay_pooled(tokens, rows, list(plans), pooling, pad_id, rider)
             if pooled is not None:
                 return pooled, None
         device = self.parts.embed_tokens.weight.device
@@ -442,7 +457,7 @@ class TextEncoding:
         lengths = attn.sum(-1).tolist()
         front = bool((attn.cummin(-1).values == attn).all())  # each row's real tokens form a prefix
         with torch.inference_mode():
-            batch = self._prepare(ids, attn, plans=plans, host=HostBatch(lengths, front), embed=False)
+            batch = self._prepare(ids, attn, plans=plans, host=HostBatch(lengths, front), embed=False, rider=rider)
             out = self._run_plans(list(plans), batch)
             if token_embeddings:
                 flat = text_mask.flatten().nonzero().squeeze(1)  # (n,) text tokens of (B * T), row after row

@@ -190,6 +190,15 @@ class LayerGraphs:
             self.replays += 1
             return take(graph.outputs)
 
+    def forget(self, which: Callable[[Hashable], bool]) -> None:
+        """Drop the graphs (and the counts of batches seen) whose ``(key, bucket)`` name ``which`` picks: graphs that
+        read buffers their owner has freed, which would never replay again."""
+        with self._lock:
+            for name in [name for name in self.graphs if which(name)]:
+                del self.graphs[name]
+            for name in [name for name in self.seen if which(name)]:
+                del self.seen[name]
+
     def _capture(
         self,
         name: Hashable,

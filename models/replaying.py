@@ -10,8 +10,8 @@ layer call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import torch
 
@@ -21,10 +21,11 @@ from nosink.layerspec import MAIN, Plan
 from . import batching as _batching
 from . import texts as _texts
 from .attention import Packed, varlen_ready
-from .batch import Batch, prepends
+from .batch import Batch, board, prepends
 from .families import LayerCompileError
 from .graphs import GRAPH_MAX_LENGTH, Body, LayerGraphs, bucket_of
 from .pooling import Pooling, pool_stream, stream_weights
+from .riding import Rider
 
 if TYPE_CHECKING:
     from .families import DecoderParts
@@ -38,6 +39,13 @@ Result = TypeVar("Result")
 # A pooled graph (see GraphReplay._replay_pooled) weighs its tokens with a (rows, tokens) float32 matrix: buckets
 # beyond this many entries (32 MiB; long rows, where the host's launches matter least) run as they are.
 POOLED_MAX = 8 * 1024 * 1024
+_RIDDEN = "\x00rider logits"  # a pooled graph's output of a rider's logits (no plan is named so)
+
+
+class _Carrying(NamedTuple):
+    """The part of a graph's key that says it carries a rider, and which (its buffers' key)."""
+
+    rider: Hashable
 
 
 class GraphReplay:
@@ -55,6 +63,7 @@ class GraphReplay:
         if self._compile_asked:
             self.parts.compile_layers({} if compile is True else compile)
         self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
+        self._rider_key: Hashable = None  # the key of the rider the graphs last carried (see _replay_pooled)
 
     def warm_up(self) -> bool:
         """Compile now what the default (``compile=None``) compiles at the first CUDA-graph capture, by running one
@@ -101,6 +110,8 @@ class GraphReplay:
         packed, device = batch.packed, batch.position_ids.device
         if packed is None or packed.lengths is None or not self._graphs_apply(device, packed.max_length):
             return None
+        if batch.rider is not None:  # riders replay only in the pooled graphs (_replay_pooled)
+            return None
         if torch.is_grad_enabled():  # a replay records no autograd graph: only under no_grad or inference_mode
             return None
         return self._layer_graphs(device).run(
@@ -110,13 +121,21 @@ class GraphReplay:
         )  # fmt: skip
 
     def _replay_pooled(
-        self, tokens: _texts.Tokenized, rows: Sequence[int], plans: list[Plan], pooling: Pooling, pad_id: int
+        self,
+        tokens: _texts.Tokenized,
+        rows: Sequence[int],
+        plans: list[Plan],
+        pooling: Pooling,
+        pad_id: int,
+        rider: Rider | None = None,
     ) -> torch.Tensor | None:
         # encode()'s batch straight from its tokens to its pooled vectors `(plans, B, D)` through one CUDA graph that
         # also pools (see pool_stream): the host builds the packed stream and each token's row and weight with
         # numpy, and queues a few copies and one replay; the padded batch, its layout and the pooling, dozens of
         # small launches a batch, are never made. None: the batch runs as it is (_prepare, _run_plans, pool), and
-        # so does any batch that path would refuse or warn about (it says what is wrong).
+        # so does any batch that path would refuse or warn about (it says what is wrong). A `rider`'s tokens go after
+        # the stream, read from its own buffers inside the graph (one graph per bucket and rider key); its logits
+        # are set when the graph ran.
         device = self.parts.embed_tokens.weight.device
         eager = self.parts.attn_implementation == "eager"
         if (
@@ -147,21 +166,34 @@ class GraphReplay:
         row, weight = stream_weights(batch.prefix, batch.text, lengths, pooling)
         ids = torch.from_numpy(batch.ids)[None]
         ids = ids.pin_memory() if device.type == "cuda" else ids
-        loop = self._graph_body(plans, prepends(plans))
+        loop = self._graph_body(plans, prepends(plans), rider)
 
         def body(
             ids: torch.Tensor, positions: torch.Tensor, stream: Packed, extras: dict[str, torch.Tensor]
         ) -> dict[str, torch.Tensor]:
             out = loop(ids, positions, stream, extras)
             row, weight, slots = extras["row"], extras["weight"], stream.cu.shape[0] - 1
-            return {name: pool_stream(hidden[0], row, weight, slots) for name, hidden in out.items()}
+            pooled = {name: pool_stream(hidden[0, : stream.total], row, weight, slots) for name, hidden in out.items()}
+            if rider is not None:
+                (hidden,) = out.values()
+                pooled[_RIDDEN] = rider.head(hidden[0, stream.total :])
+            return pooled
 
-        count = len(rows)
-        return self._layer_graphs(device).run(
-            (tuple(plan.name for plan in plans), "pooled"), lengths, ids, body,
-            take=lambda outputs: torch.stack([outputs[plan.name][:count] for plan in plans]).float(),
-            window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
-        )  # fmt: skip
+        def take(outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+            if rider is not None:
+                rider.logits = outputs[_RIDDEN].to(torch.float32, copy=True)
+            return torch.stack([outputs[plan.name][: len(rows)] for plan in plans]).float()
+
+        graphs = self._layer_graphs(device)
+        key: tuple[Any, ...] = (tuple(plan.name for plan in plans), "pooled")
+        if rider is not None:
+            if rider.key != self._rider_key:  # the graphs of earlier buffers would never replay again
+                graphs.forget(lambda name: isinstance(name[0][-1], _Carrying))
+                self._rider_key = rider.key
+            key += (_Carrying(rider.key),)
+        return graphs.run(
+            key, lengths, ids, body, take=take, window=window, extras={"row": (row, -1), "weight": (weight, 0.0)}
+        )
 
     def _layer_graphs(self, device: torch.device) -> LayerGraphs:
         # Graphs hold the addresses of the weights they were captured with: moved or cast weights (.to(), .half())
@@ -173,12 +205,14 @@ class GraphReplay:
             self._graphs, self._graphs_owner = LayerGraphs(device), owner
         return self._graphs
 
-    def _graph_body(self, plans: list[Plan], prepend: bool) -> Body:
-        # The function a graph captures: the layer loop over a stream of the graph's own inputs, compiled where the
-        # encoder compiles the graphs' layers. It is run once before each capture, so a compilation (or its
-        # failure) happens outside the capture.
+    def _graph_body(self, plans: list[Plan], prepend: bool, rider: Rider | None = None) -> Body:
+        # The function a graph captures: the layer loop over a stream of the graph's own inputs (and a rider's tokens
+        # after it), compiled where the encoder compiles the graphs' layers. It is run once before each capture, so
+        # a compilation (or its failure) happens outside the capture.
         def loop(ids: torch.Tensor, positions: torch.Tensor, stream: Packed) -> dict[str, torch.Tensor]:
             run = Batch(None, None, positions, None, False, {}, stream, stream, ids, prepend)
+            if rider is not None:
+                board(run, rider)
             self._embed(run)
             out: dict[str, torch.Tensor] = {}
             self._run_tree(plans, 0, {MAIN: run.hidden}, run, out)

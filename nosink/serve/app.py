@@ -44,6 +44,7 @@ def create_app(
     sink_token: str = "auto",
     cuda_graphs: bool = True,
     prepend: int | tuple[int, int] | None = None,
+    chat_riding: bool = True,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -70,6 +71,8 @@ def create_app(
         prepend: Token Prepending for every embedding configuration (as for :class:`EncoderFromDecoder`; the
             placeholder is a token of the input, so the configurations of one server agree on it). Chat never
             sees it.
+        chat_riding: chat steps ride embedding batches where they can (one forward for both; see
+            :mod:`nosink.serve.engine`); ``False``: the two take turns.
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
@@ -116,7 +119,7 @@ def create_app(
         key: Embedding(key, config.spec, config.exit_layer, config.template, dims) for key, config in configs.items()
     }
     positions = getattr(encoder.config, "max_position_embeddings", None)
-    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans)
+    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans, chat_riding)
     served = Served(
         name=name,
         tokenizer=tokenizer,

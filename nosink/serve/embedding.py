@@ -38,6 +38,7 @@ from nosink.layerspec import Plan
 from nosink.models import EncoderFromDecoder
 from nosink.models import texts as _texts
 from nosink.models.encoding import ToHost
+from nosink.models.riding import Rider
 from nosink.serve.jobs import EmbedJob
 from nosink.serve.limits import Limits
 
@@ -140,12 +141,15 @@ class Batches:
         gathered = {id(job): job for rows in [*self.chunks, *flying] for row in rows for job, _ in row.wants}
         return list(self.waiting) + list(gathered.values())
 
-    def step(self) -> None:
+    def step(self, rider: Rider | None = None) -> None:
         """Launch one batch of gathered texts (first gathering the waiting requests if no batch is left), then answer
-        the batch in flight before it; a batch that is not in flight on a GPU is answered at once."""
+        the batch in flight before it; a batch that is not in flight on a GPU is answered at once.
+
+        A ``rider`` (chats' next tokens, :mod:`nosink.models.riding`) goes with the batch where its plans allow
+        (:meth:`EncoderFromDecoder.rides`); its ``logits`` are then set, else left None."""
         if not self.chunks:
             self._gather()
-        launched = self._launch(self.chunks.popleft()) if self.chunks else None
+        launched = self._launch(self.chunks.popleft(), rider) if self.chunks else None
         self.finish()
         if launched is not None and launched.vectors.pending:
             self.in_flight = launched
@@ -190,14 +194,15 @@ class Batches:
             group.sort(key=lambda row: -row.job.lengths[row.i])  # stable: ties keep arrival order
             self.chunks.extend(group[i : i + size] for i in range(0, len(group), size))
 
-    def _launch(self, rows: Rows) -> Launched | None:
-        """Queue a batch's work; None if nothing of it is left to compute, or if it failed (and is answered)."""
+    def _launch(self, rows: Rows, rider: Rider | None = None) -> Launched | None:
+        """Queue a batch's work (carrying ``rider`` where it can); None if nothing of it is left to compute, or if it
+        failed (and is answered)."""
         rows = _keep(rows, lambda job: not job.cancelled and not job.future.done())
         if not rows:
             return None  # every request in it is gone or failed: its texts are not computed
         start = time.monotonic()
         try:
-            return self._queue(rows, start)
+            return self._queue(rows, start, rider)
         except Exception as err:
             self._alone(rows, err)
             self._settle(rows, start)
@@ -255,17 +260,19 @@ class Batches:
                     self.stats["embedding_request_ms"] += round((now - job.arrived) * 1000)
                     job.future.set_result(job.vectors)
 
-    def _queue(self, rows: Rows, start: float) -> Launched:
+    def _queue(self, rows: Rows, start: float, rider: Rider | None = None) -> Launched:
         """Queue one batch's unit vectors under each plan its rows want, as ``encode(..., normalize_embeddings=True)``
-        gives them, and their copy to the host."""
+        gives them, and their copy to the host; ``rider`` goes with it where the plans allow."""
         plans = list({plan.name: plan for plan in (self.plan_of(job) for row in rows for job, _ in row.wants)}.values())
+        if rider is not None and not self.encoder.rides(plans):
+            rider = None
         self.stats["embedding_batches"] += 1
         self.stats["embedded_texts"] += len(rows)
         # (plans, B, D) means over text tokens, normalised where they are (a zero vector stays zero). On the host
         # with torch's default thread pool (an engine built by create_app in a program that keeps it), normalising a
         # batch of 64 took 5-10 ms on a 16-core H200 machine, more than the GPU's forward of those texts; `nosink
         # serve` runs its engine with one CPU thread, where it costs about 0.1 ms.
-        out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False)
+        out, _ = self.encoder.encode_batch(_inputs(rows), range(len(rows)), plans, "mean", "right", False, rider)
         return Launched(rows, plans, ToHost(torch.nn.functional.normalize(out, dim=-1)), start)
 
 

@@ -10,6 +10,15 @@ the embeddings the rest, and neither starves: with ``s = 0.5`` a 100 ms batch is
 chat steps, a long prefill by embedding batches until they have had as long; with ``s = 0.25`` by about 33 ms
 of chat steps. When either side has nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
 
+Where they can, the chats do not take turns at all: an embedding batch that is due carries the chats' next
+tokens in its own forward (a :class:`~nosink.models.riding.Rider`: one token a chat at the end of the batch's
+packed stream, attending its chat's KV cache), so one pass gives the batch its vectors and every chat a token.
+On a GPU a small model's pass costs about the same for 8 more tokens, so under both loads the chats then move at
+the pace of the batches and the embeddings lose only the sampling of a token a chat. That needs the batch's plan
+to walk every layer once (no early exit, repeated layers, Token Prepending or sliding windows), a packed batch on
+the fast path (a GPU) and no LoRA adapters (chats run the base model); elsewhere, and with ``chat_riding=False``,
+the two take turns as above.
+
 On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
 both are queued on the model's one stream, so their passes still run one after the other, while the host
 builds one and answers the other. A batch in flight is answered before a chat step runs.
@@ -77,6 +86,8 @@ class Engine:
         limits: the batch sizes, waits and queue length (see :class:`Limits`).
         plans: the embedding configurations' plans by name, compiled once (:meth:`EncoderFromDecoder.plan_for`);
             an :class:`EmbedJob` names one in ``config`` (or none, for the encoder's own spec).
+        chat_riding: chat steps ride embedding batches where they can (see the module docstring); ``False``: the
+            two always take turns.
     """
 
     def __init__(
@@ -86,18 +97,22 @@ class Engine:
         tokenizer: object,
         limits: Limits,
         plans: Mapping[str, Plan] | None = None,
+        chat_riding: bool = True,
     ) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
         # busy_ms: the engine's time in embedding batches and chat steps (against the wall clock: how loaded it is)
         # embedding_request_ms: answered embedding requests' time in the engine, gathering and batch (see Batches);
-        # embedding_ms and chat_ms: busy_ms split between embedding batches and chat steps (chat_steps of them)
+        # embedding_ms and chat_ms: busy_ms split between embedding batches and chat steps (chat_steps of them);
+        # ridden_steps: chat steps that rode an embedding batch (counted in chat_steps, their time in embedding_ms)
         self.stats = {"embedding_batches": 0, "embedded_texts": 0, "chat_tokens": 0, "dropped": 0, "busy_ms": 0}
         self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
+        self.stats.update(ridden_steps=0)
         self.plans = dict(plans or {})
         self.batches, self.chats = self._new_work()
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
+        self.riding = chat_riding and lm is not None and not self.adapters
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from other threads
@@ -166,7 +181,14 @@ class Engine:
                     both = chatting and len(self.batches) > 0  # the balance counts only while both have work
                     lead = lead if both else 0.0
                     start = time.perf_counter()
-                    if self.batches.due() and (lead >= 0 or not chatting):
+                    rider = self.chats.rider() if chatting and self.riding and self.batches.due() else None
+                    if rider is not None:  # one pass: the batch, and a token of every chat (see the docstring)
+                        self.batches.step(rider)
+                        self.chats.ridden(rider)  # a rider the batch could not carry runs its step alone here
+                        self.stats["chat_steps"] += 1
+                        self.stats["ridden_steps"] += rider.logits is not None
+                        weight, kind = 0.0, "embedding_ms"  # both sides moved: neither owes the other
+                    elif self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()  # launches a batch, answers the one in flight before it
                         weight, kind = -share, "embedding_ms"
                     elif self.batches.in_flight is not None:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from nosink.checks import printable
+from nosink.models.riding import Rider
 from nosink.serve import kv
 from nosink.serve.jobs import ChatJob, Sampling
 
@@ -60,6 +61,32 @@ class Chats:
         self._drop_cancelled()
         if self.active:
             self._decode()
+        self._start_waiting()
+
+    def rider(self) -> Rider | None:
+        """The next step's tokens as a rider of an embedding batch (:mod:`nosink.models.riding`), to be taken with
+        :meth:`ridden`; None where no chat is being decoded (or the step cannot be set up: :meth:`step` then runs
+        it alone and says what failed)."""
+        self._drop_cancelled()
+        if not self.active or self.rows is None:
+            return None
+        try:
+            return self.rows.rider([c.ids[-1] for c in self.active])
+        except Exception:
+            logger.exception("a chat step could not ride an embedding batch; it runs alone")
+            return None
+
+    def ridden(self, rider: Rider) -> None:
+        """Finish the step :meth:`rider` set up, as :meth:`step` does: each chat takes its token (where no pass
+        carried the rider, its step runs alone now), then the waiting chats that fit start."""
+        assert self.rows is not None
+        if rider.logits is None:
+            self._decode()
+        else:
+            self._advance(self.rows.ridden(rider))
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
         room = self.max_active - len(self.active)
         if self.waiting and room > 0:
             starting, self.waiting = self.waiting[:room], self.waiting[room:]

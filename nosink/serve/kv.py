@@ -24,7 +24,7 @@ after the prefill), with one window size; any other kind of cache layer is refus
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
 from nosink.models.graphs import capture
+from nosink.models.riding import Rider
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Rows:
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # (rows, L) -> graph, logits
         self.broken: Exception | None = None  # a capture failed: steps run as they are from then on
         self.captures = 0  # graphs captured so far (growing the buffers drops them: they are captured again)
+        self.generation = 0  # counts the buffers made: a rider's key (graphs of older buffers never replay)
         self._pool: object | None = None
 
     def __len__(self) -> int:
@@ -215,12 +217,52 @@ class Rows:
             self.clear()
             raise
 
+    def rider(self, tokens: Sequence[int]) -> Rider:
+        """The step that feeds each chat its next token, as a :class:`~nosink.models.riding.Rider` of an encoder's
+        batch (the same forward as :meth:`step`, in the batch's pass); :meth:`ridden` then takes its logits.
+
+        Its rows are all the buffers' rows (the chats, then filler), so that one CUDA graph of the encoder serves
+        every count of chats; its key changes only when the buffers are made anew.
+
+        Raises:
+            ValueError: if ``tokens`` are not one a chat.
+        """
+        if len(tokens) != self.n or not self.n:
+            raise ValueError(f"a step feeds one token to each of the {self.n} chats, got {len(tokens)}")
+        assert self.lm is not None
+        self._load([[t] for t in tokens], 1, all_rows=True)
+        assert self.mask is not None and self.column is not None
+        ids, real = self._fed(1)
+        rows = self.mask.shape[0]
+        key = (id(self), self.generation, rows, self.mask.shape[1])
+        return Rider(ids[:, 0], real[:, 0], self.keys, self.values, self.mask, self.column, _head(self.lm), key)
+
+    def ridden(self, rider: Rider) -> torch.Tensor:
+        """The logits ``(n, V)`` of a :meth:`rider`'s step once an encoder's pass carried it; the chats move on.
+
+        Raises:
+            ValueError: if no pass carried the rider (its logits are not set), or it is another buffers' rider.
+        """
+        if rider.logits is None or rider.mask is not self.mask:
+            raise ValueError("this rider was not carried by a pass over these chats' buffers")
+        return self._commit(rider.logits, self.n, 1)
+
     def _run(self, fed: Sequence[Sequence[int]], length: int) -> torch.Tensor:
         """Feed row ``i`` the tokens ``fed[i]``, left-padded to ``length``, in one forward: ``(n, V)`` logits."""
+        rows = self._load(fed, length)
+        logits = self._replay(rows, length)
+        if logits is None:
+            logits = self._forward(rows, length)
+        return self._commit(logits, len(fed), length)
+
+    def _load(self, fed: Sequence[Sequence[int]], length: int, all_rows: bool = False) -> int:
+        """Write the tokens ``fed[i]`` of row ``i``, left-padded to ``length``, into the buffers a forward reads (grown
+        to fit), and the column it writes; the rows it runs: the next power of two (one graph serves every count up
+        to it), or with ``all_rows`` every row of the buffers."""
         n = len(fed)
         self._fit(n, self.end + length)
         assert self.mask is not None and self.column is not None
-        rows = 1 << (n - 1).bit_length()  # the next power of two: one graph serves every count up to it
+        rows = self.mask.shape[0] if all_rows else 1 << (n - 1).bit_length()
         ids, real = self._fed(length)
         host_ids = torch.zeros(rows, length, dtype=torch.long)
         host_real = torch.zeros(rows, length, dtype=torch.bool)
@@ -230,11 +272,13 @@ class Rows:
         ids[:rows].copy_(host_ids, non_blocking=True)
         real[:rows].copy_(host_real, non_blocking=True)
         self.column.fill_(self.end)
-        logits = self._replay(rows, length)
-        if logits is None:
-            logits = self._forward(rows, length)
+        return rows
+
+    def _commit(self, logits: torch.Tensor, n: int, length: int) -> torch.Tensor:
+        """After a forward of ``n`` rows' ``length`` tokens: their columns join the mask; the first ``n`` logits."""
+        assert self.mask is not None
         out = logits[:n].to(torch.float32, copy=True)  # its own: a graph's logits are overwritten by its next replay
-        self.mask[:n, self.end : self.end + length] = real[:n]
+        self.mask[:n, self.end : self.end + length] = self._fed(length)[1][:n]
         self.end += length
         return out
 
@@ -337,6 +381,7 @@ class Rows:
         self.column = torch.zeros(1, dtype=torch.long, device=device)
 
     def _free(self) -> None:
+        self.generation += 1
         self.graphs.clear()  # they read the old buffers
         self._pool = None  # freed with its last graph: a capture into it now would fail
         self.keys, self.values, self.mask, self.column = [], [], None, None
@@ -403,6 +448,17 @@ def _windows(part: Batch | Rows | _Row) -> list[int | None]:
     if len({w for w in windows if w is not None}) > 1:
         raise TypeError("batched chat decoding supports one sliding-window size per model")
     return windows
+
+
+def _head(lm: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The LM's head as its forward applies it: final-normed states ``(n, D)`` to logits ``(n, V)``."""
+    head = lm.get_output_embeddings()
+    cap = getattr(lm.config, "final_logit_softcapping", None)
+    if head is None:
+        raise TypeError(f"{type(lm).__name__} has no output embeddings (an LM head) to give logits")
+    if cap is None:
+        return head
+    return lambda hidden: torch.tanh(head(hidden) / cap) * cap
 
 
 def _layout(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[int, int, torch.dtype, torch.device]]:

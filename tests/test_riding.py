@@ -1,0 +1,131 @@
+"""Chat decode tokens riding an embedding batch's forward (models/riding.py): the batch's vectors are those of the
+batch alone, the chats' logits those of their decode step alone, and the chats go on as if they had stepped alone."""
+
+import random
+
+import pytest
+import torch
+from test_serve_chat import SEEDS, chat, prompt, tiny_lm
+
+from nosink.models import EncoderFromDecoder
+from nosink.models.riding import rides
+from nosink.models.texts import Tokenized
+from nosink.serve import kv
+from nosink.serve.generation import Chats
+
+RIDABLE = ["llama", "qwen3", "phi3", "olmo", "olmo2", "gpt2"]  # tiny configs with no sliding window
+
+
+def texts(count: int, seed: int) -> Tokenized:
+    """``count`` rows of 1 to 12 word ids after a sink token, and no suffix."""
+    rng = random.Random(seed)
+    vocab = 40
+    return Tokenized(
+        prefix_ids=[[1]] * count, text_ids=[[rng.randrange(4, vocab) for _ in range(rng.randint(1, 12))]
+                                            for _ in range(count)],
+    )  # fmt: skip
+
+
+def started(lm, tok, lengths: list[int], max_active: int = 4) -> Chats:
+    """Chats of prompts of ``lengths``, prefilled (each has its first token) and ready to decode."""
+    chats = Chats(lm, tok, max_active=max_active, stats={"chat_tokens": 0, "dropped": 0})
+    for i, n in enumerate(lengths):
+        chats.add(chat(prompt(n, 10 + i), 30))
+    with torch.inference_mode():
+        chats.step()
+    assert len(chats.active) == len(lengths)
+    return chats
+
+
+def clone(rows: kv.Rows) -> kv.Rows:
+    """Another :class:`kv.Rows` holding the same chats (copies of their buffers)."""
+    other = kv.Rows(rows.lm, graphs=False, rows=rows.mask.shape[0])
+    other.join([rows])
+    return other
+
+
+@pytest.mark.parametrize("family", RIDABLE)
+@pytest.mark.parametrize("spec", ["F*", "F* | M0B*1", "R*", "F* | B*1"])
+def test_a_rider_gives_the_batch_its_own_vectors_and_the_chats_their_decode_step(family, spec):
+    lm, tok = tiny_lm(family, SEEDS[family])
+    encoder = EncoderFromDecoder.from_model(lm, spec, tok, fast_attention=True)
+    plans = [encoder.plan]
+    assert encoder.rides(plans)
+    chats = started(lm, tok, [3, 9, 5])
+    rows = chats.rows
+    tokens = [c.ids[-1] for c in chats.active]
+    batch = texts(6, 1)
+    with torch.inference_mode():
+        want_vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False)
+        alone = clone(rows)
+        want_logits = alone.step(tokens)
+        rider = rows.rider(tokens)
+        vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False, rider)
+        logits = rows.ridden(rider)
+    torch.testing.assert_close(vectors, want_vectors, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=1e-4)
+    assert rows.end == alone.end and torch.equal(rows.mask[: rows.n, : rows.end], alone.mask[: alone.n, : alone.end])
+    with torch.inference_mode():  # the next step reads the keys and values the rider wrote
+        nxt = logits.argmax(-1).tolist()
+        torch.testing.assert_close(rows.step(nxt), alone.step(nxt), atol=1e-4, rtol=1e-4)
+
+
+def test_chats_riding_every_step_decode_the_greedy_tokens_of_each_chat_alone():
+    lm, tok = tiny_lm("llama", SEEDS["llama"])
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok, fast_attention=True)
+    ridden = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0})
+    apart = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0})
+    lengths = [(3, 9), (7, 4), (2, 6), (11, 5), (5, 3), (6, 7)]
+    pairs = [(chat(prompt(n, i), m), chat(prompt(n, i), m)) for i, (n, m) in enumerate(lengths)]
+    arrivals = {0: pairs[:2], 2: pairs[2:4], 5: pairs[4:]}
+    carried = 0
+    with torch.inference_mode():
+        for step in range(40):
+            for a, b in arrivals.get(step, []):
+                ridden.add(a)
+                apart.add(b)
+            rider = ridden.rider()
+            if rider is not None:
+                encoder.encode_batch(texts(5, step), range(5), [encoder.plan], "mean", "right", False, rider)
+                carried += 1
+                ridden.ridden(rider)
+            else:
+                ridden.step()
+            apart.step()
+            if not len(ridden) and not len(apart) and step > max(arrivals):
+                break
+    assert carried > 10
+    for a, b in pairs:
+        assert a.ids == b.ids and a.events == b.events
+
+
+@pytest.mark.parametrize(
+    ("spec", "exit_layer", "prepend", "why"),
+    [
+        ("F* | M0B*1", 1, None, "an early exit leaves layers out"),
+        ("F* | INTER(R*1)", None, None, "INTER runs a layer twice"),
+        ("F* | M0B*1", None, 1, "Token Prepending"),
+    ],
+)
+def test_a_plan_that_does_not_walk_every_layer_once_carries_no_rider(spec, exit_layer, prepend, why):
+    lm, tok = tiny_lm()
+    encoder = EncoderFromDecoder.from_model(lm, "F*", tok, fast_attention=True)
+    plan = encoder.plan_for(spec, exit_layer=exit_layer, prepend=prepend)
+    assert not rides([plan], encoder.depth), why
+    assert rides([encoder.plan], encoder.depth) and not rides([encoder.plan, plan], encoder.depth)
+
+
+def test_a_rider_is_refused_where_the_batch_cannot_carry_it():
+    lm, tok = tiny_lm()
+    chats = started(lm, tok, [4])
+    slow = EncoderFromDecoder.from_model(lm, "F*", tok)  # on a CPU the fast path is off by default
+    assert not slow.rides([slow.plan])
+    with torch.inference_mode():
+        rider = chats.rows.rider([chats.active[0].ids[-1]])
+        with pytest.raises(ValueError, match="rides"):
+            slow.encode_batch(texts(2, 0), range(2), [slow.plan], "mean", "right", False, rider)
+        with pytest.raises(ValueError, match="not carried"):
+            chats.rows.ridden(rider)
+    windowed, wtok = tiny_lm("mistral")  # a sliding window on every layer
+    encoder = EncoderFromDecoder.from_model(windowed, "F*", wtok, fast_attention=True)
+    assert not encoder.rides([encoder.plan])
