@@ -129,3 +129,43 @@ def test_a_rider_is_refused_where_the_batch_cannot_carry_it():
     windowed, wtok = tiny_lm("mistral")  # a sliding window on every layer
     encoder = EncoderFromDecoder.from_model(windowed, "F*", wtok, fast_attention=True)
     assert not encoder.rides([encoder.plan])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_on_a_gpu_a_rider_replays_in_the_pooled_graph_and_its_buffers_grown_are_captured_anew(family):
+    from nosink.models.replaying import _Carrying
+
+    lm, tok = tiny_lm(family, SEEDS[family])
+    lm = lm.to("cuda", torch.float16)
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok)  # on CUDA: the fast path, packed, graphs
+    plans = [encoder.plan]
+    assert encoder.rides(plans)
+    chats = started(lm, tok, [3, 9, 5])
+    rows = chats.rows
+
+    def carrying() -> list:
+        return [name for name in encoder._graphs.graphs if isinstance(name[0][-1], _Carrying)]
+
+    batch = texts(6, 1)  # the same bucket every step: captured at its second batch, then replayed
+    with torch.inference_mode():
+        want_vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False)
+        for step in range(6):
+            if step == 3:  # wider buffers (as a long chat makes): a new key, the old graph forgotten
+                rows._fit(rows.mask.shape[0], 2 * rows.mask.shape[1])
+            tokens = [c.ids[-1] for c in chats.active]
+            alone = clone(rows)
+            want = alone.step(tokens)
+            replays = encoder.graph_counts()["graph_replays"]
+            rider = rows.rider(tokens)
+            vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False, rider)
+            logits = rows.ridden(rider)
+            torch.testing.assert_close(vectors, want_vectors, atol=1e-2, rtol=1e-2)
+            torch.testing.assert_close(logits, want, atol=2e-2, rtol=2e-2)
+            # A key's first batch runs as it is, its second is captured and replayed; new buffers, a new key.
+            expected = [0, 1, 1, 0, 1, 1][step]
+            assert encoder.graph_counts()["graph_replays"] - replays == expected, step
+            assert len(carrying()) == expected, step
+            for chat, token in zip(chats.active, logits.argmax(-1).tolist(), strict=True):
+                chat.ids.append(token)
+    assert rows.generation >= 1

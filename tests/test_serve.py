@@ -544,6 +544,7 @@ def test_waiting_embedding_requests_are_encoded_together_and_split_back(server):
         "dropped": 1,
         "embedding_requests": 3,
         "chat_steps": 0,
+        "ridden_steps": 0,
     }
     assert not gone.future.done()
     np.testing.assert_allclose(jobs[0].future.result(), _encode(server, ["the cat sat"]), atol=1e-5, rtol=0)
@@ -620,6 +621,7 @@ def test_gathered_texts_run_in_length_sorted_batches_and_a_gone_request_stops_be
         "dropped": 0,
         "embedding_requests": 2,
         "chat_steps": 0,
+        "ridden_steps": 0,
     }
     assert not gone.future.done()  # never finished: none of its texts was computed
     for job, t in ((short, texts["short"]), (long, texts["long"])):
@@ -798,10 +800,10 @@ def test_an_embedding_request_whose_client_left_is_not_computed(server, client):
     worker = engine.batches
     release, held = threading.Event(), []
 
-    def hold(rows, start):  # the first batch keeps the worker busy until released
+    def hold(rows, start, rider=None):  # the first batch keeps the worker busy until released
         held.append(rows)
         release.wait(120)
-        return type(worker)._queue(worker, rows, start)
+        return type(worker)._queue(worker, rows, start, rider)
 
     worker._queue = hold
     try:
