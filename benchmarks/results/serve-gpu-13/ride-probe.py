@@ -35,6 +35,8 @@ p.add_argument("--chats", type=int, nargs="+", default=[1, 8])
 p.add_argument("--repeats", type=int, default=100)
 args = p.parse_args()
 tok = tf.AutoTokenizer.from_pretrained(args.tokenizer)
+if not tok.chat_template:  # as bench_serve_gpu.py's build()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 config = ARCHS[args.arch]()
 config.vocab_size = max(config.vocab_size, len(tok))
 torch.manual_seed(0)
