@@ -19,8 +19,10 @@ It prints one markdown table per ``--workers`` value (front-end processes; 0: on
 the ratio to offline, p50/p99 latency and errors, and from the server's ``/health`` counters the rows a
 batch, how busy the engine was, an embedding request's mean time in the model's process against its mean
 latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
-batches that replayed one; it writes the raw numbers as JSON (``--json``). With ``--py-spy PATH`` it samples
-the model's process during each load and prints where it held the interpreter lock.
+batches that replayed one; it writes the raw numbers as JSON (``--json``; with each load's chat steps and how many
+of them rode an embedding batch, ``ridden_steps``). ``--turns-loads`` runs loads again on a server started with
+``--no-chat-riding`` (chat steps and embedding batches taking turns), for the same offline baseline. With
+``--py-spy PATH`` it samples the model's process during each load and prints where it held the interpreter lock.
 """
 
 from __future__ import annotations
@@ -277,13 +279,16 @@ def drive(
 # ---------------------------------------------------------------------------------------------- the server
 
 
-def start_server(folder: Path, args: argparse.Namespace, workers: int, log: Path) -> tuple[subprocess.Popen, int]:
+def start_server(
+    folder: Path, args: argparse.Namespace, workers: int, log: Path, riding: bool = True
+) -> tuple[subprocess.Popen, int]:
     from bench_serve import free_port
 
     port = free_port()
     command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
     command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
     command += ["--workers", str(workers), "--log-level", "warning", "--chat-share", str(args.chat_share)]
+    command += [] if riding else ["--no-chat-riding"]
     command += ["--max-connections-per-client", "2048", "--max-connections", "4096"]
     handle = log.open("w")
     server = subprocess.Popen(command, stderr=handle, stdout=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -367,6 +372,13 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
     p.add_argument(
+        "--turns-loads",
+        nargs="*",
+        default=[],
+        help="loads also run on a server started with --no-chat-riding (chat steps and batches taking turns), with "
+        "the first --workers",
+    )
+    p.add_argument(
         "--py-spy",
         type=Path,
         default=None,
@@ -410,10 +422,12 @@ def main() -> None:
             f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text; "
             f"the median of passes at {passes} texts/s, after two whole passes as warm-up)\n"
         )
-        for workers in args.workers:
-            loads = args.loads if workers == args.workers[0] else args.compare_loads
-            log = Path(tmp) / f"server-{workers}.log"
-            server, port = start_server(folder, args, workers, log)
+        runs = [(workers, True, args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)]
+        runs += [(args.workers[0], False, args.turns_loads)] if args.turns_loads else []
+        for workers, riding, loads in runs:
+            name = str(workers) if riding else f"{workers} taking turns"
+            log = Path(tmp) / f"server-{workers}-{riding}.log"
+            server, port = start_server(folder, args, workers, log, riding)
             try:
                 drive(port, "model", texts, 64, 1, 0, min(5.0, args.seconds), args.load_procs)  # warm-up
                 rows = {}
@@ -444,6 +458,8 @@ def main() -> None:
                         rows[load][f"{side}_cpu_ms_per_request"] = 1000 * (spent[side] - cpu[side]) / max(1.0, done)
                     steps = after["chat_steps"] - before["chat_steps"]
                     rows[load]["chat_ms_per_step"] = (after["chat_ms"] - before["chat_ms"]) / steps if steps else None
+                    rows[load]["ridden_steps"] = after.get("ridden_steps", 0) - before.get("ridden_steps", 0)
+                    rows[load]["chat_steps"] = steps
                     batches = after["embedding_batches"] - before["embedding_batches"]
                     rows[load]["rows_per_batch"] = (after["embedded_texts"] - before["embedded_texts"]) / max(
                         1, batches
@@ -461,8 +477,8 @@ def main() -> None:
                     rows[load]["graph_replays_per_batch"] = (after["graph_replays"] - before["graph_replays"]) / max(
                         1, batches
                     )
-                    print(f"  workers={workers} {load}: {json.dumps(rows[load])}", flush=True)
-                    report["runs"][str(workers)] = rows
+                    print(f"  workers={name} {load}: {json.dumps(rows[load])}", flush=True)
+                    report["runs"][name] = rows
                     if args.json:  # after every load: a run cut short (a time limit) keeps the loads it finished
                         args.json.write_text(json.dumps(report, indent=1))
                     if spy is not None:
@@ -474,8 +490,8 @@ def main() -> None:
             finally:
                 server.terminate()
                 server.wait(timeout=60)
-            report["runs"][str(workers)] = rows
-            print(table(rows, workers, base, loads))
+            report["runs"][name] = rows
+            print(table(rows, name, base, loads))
             print(f"server log tail:\n{log.read_text()[-600:]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
@@ -545,7 +561,7 @@ def _load(name: str) -> tuple[int, int, int]:
     return embed, per, 0
 
 
-def table(rows: dict, workers: int, base: float, loads: list[str]) -> str:
+def table(rows: dict, workers: int | str, base: float, loads: list[str]) -> str:
     lines = [
         f"\nfront-end processes: {workers}\n",
         "| load | texts/s | / offline | p50 / p99 ms | errors | chat tokens/s a stream (all) | first token ms "

@@ -82,10 +82,12 @@ class Rider:
         keys, values = self.keys[layer][:n], self.values[layer][:n]
         keys.index_copy_(2, self.column, key[:, :, None].to(keys.dtype))
         values.index_copy_(2, self.column, value[:, :, None].to(values.dtype))
-        if self._live is None:  # the same for every layer: worked out once a pass
+        if self._live is None:  # the same for every layer: worked out once a pass, additive (SDPA takes it as it is)
             columns = torch.arange(self.mask.shape[1], device=self.mask.device)
-            own = (columns == self.column)[None, :]  # (1, W)
-            self._live = ((self.mask[:n] & self.real[:, None]) | own)[:, None, None, :]  # (R, 1, 1, W)
+            own = (columns == self.column)[None, :]  # (1, W): every query sees itself, so no row is all -inf
+            live = (self.mask[:n] & self.real[:, None]) | own
+            hidden = torch.zeros(live.shape, dtype=keys.dtype, device=live.device).masked_fill(~live, -torch.inf)
+            self._live = hidden[:, None, None, :]  # (R, 1, 1, W)
         out = F.scaled_dot_product_attention(
             query[:, :, None].to(keys.dtype), keys, values, attn_mask=self._live, scale=scale,
             enable_gqa=query.shape[1] != keys.shape[1],

@@ -131,9 +131,9 @@ def test_on_cuda_batches_in_flight_answer_what_encode_gives(monkeypatch):
     flying = []
     launch = embedding.Batches._launch
 
-    def spy(self, rows):
+    def spy(self, rows, rider=None):
         flying.append(self.in_flight is not None)
-        return launch(self, rows)
+        return launch(self, rows, rider)
 
     monkeypatch.setattr(embedding.Batches, "_launch", spy)
     texts = [" ".join([TEXTS[i % 4]] * (1 + i % 3)) for i in range(48)]
