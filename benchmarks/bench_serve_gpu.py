@@ -492,7 +492,9 @@ def main() -> None:
                 server.wait(timeout=60)
             report["runs"][name] = rows
             print(table(rows, name, base, loads))
-            print(f"server log tail:\n{log.read_text()[-600:]}")
+            text = log.read_text()
+            print(f"torch recompilations the server logged (with TORCH_LOGS=recompiles): {text.count('Recompiling')}")
+            print(f"server log tail:\n{text[-600:]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

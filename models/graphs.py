@@ -198,6 +198,8 @@ class LayerGraphs:
                 del self.graphs[name]
             for name in [name for name in self.seen if which(name)]:
                 del self.seen[name]
+            if not self.graphs:
+                self._pool = None  # freed with its last graph: a capture into it would fail
 
     def _capture(
         self,
