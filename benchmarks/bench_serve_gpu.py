@@ -20,8 +20,8 @@ the ratio to offline, p50/p99 latency and errors, and from the server's ``/healt
 batch, how busy the engine was, an embedding request's mean time in the model's process against its mean
 latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
 batches that replayed one; it writes the raw numbers as JSON (``--json``; with each load's chat steps and how many
-of them rode an embedding batch, ``ridden_steps``). ``--turns-loads`` runs loads again on a server started with
-``--no-chat-riding`` (chat steps and embedding batches taking turns), for the same offline baseline. With
+of them rode an embedding batch, ``ridden_steps``). ``--riding-loads`` runs loads again on a server started with
+``--chat-riding`` (chat steps riding embedding batches, experimental), for the same offline baseline. With
 ``--py-spy PATH`` it samples the model's process during each load and prints where it held the interpreter lock.
 """
 
@@ -280,7 +280,7 @@ def drive(
 
 
 def start_server(
-    folder: Path, args: argparse.Namespace, workers: int, log: Path, riding: bool = True
+    folder: Path, args: argparse.Namespace, workers: int, log: Path, riding: bool = False
 ) -> tuple[subprocess.Popen, int]:
     from bench_serve import free_port
 
@@ -288,7 +288,7 @@ def start_server(
     command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
     command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
     command += ["--workers", str(workers), "--log-level", "warning", "--chat-share", str(args.chat_share)]
-    command += [] if riding else ["--no-chat-riding"]
+    command += ["--chat-riding"] if riding else []
     command += ["--max-connections-per-client", "2048", "--max-connections", "4096"]
     handle = log.open("w")
     server = subprocess.Popen(command, stderr=handle, stdout=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -372,11 +372,11 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
     p.add_argument(
-        "--turns-loads",
+        "--riding-loads",
         nargs="*",
         default=[],
-        help="loads also run on a server started with --no-chat-riding (chat steps and batches taking turns), with "
-        "the first --workers",
+        help="loads also run on a server started with --chat-riding (chat steps riding embedding batches), with the "
+        "first --workers",
     )
     p.add_argument(
         "--py-spy",
@@ -422,10 +422,12 @@ def main() -> None:
             f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text; "
             f"the median of passes at {passes} texts/s, after two whole passes as warm-up)\n"
         )
-        runs = [(workers, True, args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)]
-        runs += [(args.workers[0], False, args.turns_loads)] if args.turns_loads else []
+        runs = [
+            (workers, False, args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)
+        ]
+        runs += [(args.workers[0], True, args.riding_loads)] if args.riding_loads else []
         for workers, riding, loads in runs:
-            name = str(workers) if riding else f"{workers} taking turns"
+            name = f"{workers} chat riding" if riding else str(workers)
             log = Path(tmp) / f"server-{workers}-{riding}.log"
             server, port = start_server(folder, args, workers, log, riding)
             try:

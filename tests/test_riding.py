@@ -169,3 +169,55 @@ def test_on_a_gpu_a_rider_replays_in_the_pooled_graph_and_its_buffers_grown_are_
             for chat, token in zip(chats.active, logits.argmax(-1).tolist(), strict=True):
                 chat.ids.append(token)
     assert rows.generation >= 1
+
+
+def test_an_engine_whose_chats_ride_the_batches_answers_both_as_each_alone():
+    from test_serve_chat import alone
+
+    from nosink.models import texts as nosink_texts
+    from nosink.serve.engine import Engine
+    from nosink.serve.jobs import EmbedJob
+    from nosink.serve.limits import Limits
+
+    lm, tok = tiny_lm("llama", SEEDS["llama"])
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok, fast_attention=True)
+    # A job of 4 texts makes a batch due at once (batch_texts 4): while one waits, the chats ride its batch.
+    engine = Engine(encoder, lm, tok, Limits(batch_size=4, batch_texts=4, max_active_chats=4), chat_riding=True)
+    lengths = [(3, 9), (7, 6), (5, 8)]  # (prompt, max_tokens)
+    chats = [chat(prompt(n, i), m) for i, (n, m) in enumerate(lengths)]
+    words = ["the cat sat", "a dog ran far", "we love food", "on the mat", "birds sing"]
+    jobs = []
+    engine.start()
+    try:
+        for job in chats:
+            engine.submit(job)
+        for k in range(40):  # a request after another until the chats end
+            batch = [" ".join(words[(k + j) % 5].split()[: 1 + (k + j) % 3]) for j in range(4)]
+            job = EmbedJob(nosink_texts.tokenize(tok, batch, sink=encoder.sink_ids()))
+            engine.submit(job)
+            jobs.append((batch, job.future.result(timeout=60)))
+            if all(job.events and job.events[-1][0] == "done" for job in chats):
+                break
+    finally:
+        engine.stop()
+    assert engine.stats["ridden_steps"] > 0
+    for batch, vectors in jobs:
+        torch.testing.assert_close(
+            torch.from_numpy(vectors), torch.from_numpy(encoder.encode(batch, normalize_embeddings=True)),
+            atol=1e-5, rtol=1e-5,
+        )  # fmt: skip
+    for job, (_, m) in zip(chats, lengths, strict=True):
+        assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
+
+
+def test_forgetting_an_encoders_last_graph_lets_the_next_capture_take_a_new_pool():
+    from nosink.models.graphs import LayerGraphs
+
+    graphs = LayerGraphs(torch.device("cpu"))
+    graphs.graphs = {("a", 1): object(), ("b", 1): object()}
+    graphs.seen.update({("a", 1): 2, ("b", 1): 2, ("a", 2): 1})
+    graphs._pool = pool = object()
+    graphs.forget(lambda name: name[0] == "a")
+    assert list(graphs.graphs) == [("b", 1)] and list(graphs.seen) == [("b", 1)] and graphs._pool is pool
+    graphs.forget(lambda name: True)  # the pool's memory went with its last graph: a capture into it would fail
+    assert not graphs.graphs and graphs._pool is None

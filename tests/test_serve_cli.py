@@ -405,6 +405,17 @@ def test_cli_serve_reads_a_saved_encoders_spec_and_asks_a_plain_model_for_one(tm
     assert len(served) == 2
 
 
+def test_cli_serve_takes_turns_between_chat_steps_and_batches_unless_told_to_let_chats_ride(tmp_path, monkeypatch):
+    from nosink.cli import main
+
+    served = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    folder = _saved_chat_model(tmp_path / "m")
+    for flags, riding in (([], False), (["--chat-riding"], True)):
+        assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
+        assert served.pop().state.engine.riding is riding
+
+
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
     from nosink.cli import main
 

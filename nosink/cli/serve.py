@@ -62,10 +62,10 @@ def _arguments(p: Parser) -> None:
         help="run embedding batches without CUDA graphs (on by default on a GPU in float16/bfloat16)",
     )
     p.add_argument(
-        "--no-chat-riding",
+        "--chat-riding",
         action="store_true",
-        help="run chat steps apart from embedding batches, taking turns (by default, on a GPU, a due batch carries "
-        "the chats' next tokens in its own forward)",
+        help="experimental: on a GPU, an embedding batch that is due carries the chats' next tokens in its own forward "
+        "(by default chat steps and batches take turns; see the serving guide for what it measured)",
     )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
                          api_key=key, limits=limits, sink_token=sink_token,
                          cuda_graphs=not args.no_cuda_graphs, prepend=prepend,
-                         chat_riding=not args.no_chat_riding)  # fmt: skip
+                         chat_riding=args.chat_riding)  # fmt: skip
         what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 

@@ -44,7 +44,7 @@ def create_app(
     sink_token: str = "auto",
     cuda_graphs: bool = True,
     prepend: int | tuple[int, int] | None = None,
-    chat_riding: bool = True,
+    chat_riding: bool = False,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -71,8 +71,8 @@ def create_app(
         prepend: Token Prepending for every embedding configuration (as for :class:`EncoderFromDecoder`; the
             placeholder is a token of the input, so the configurations of one server agree on it). Chat never
             sees it.
-        chat_riding: chat steps ride embedding batches where they can (one forward for both; see
-            :mod:`nosink.serve.engine`); ``False``: the two take turns.
+        chat_riding: experimental: chat steps ride embedding batches where they can (one forward for both; see
+            :mod:`nosink.serve.engine`); ``False`` (the default): the two take turns.
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).

@@ -10,14 +10,17 @@ the embeddings the rest, and neither starves: with ``s = 0.5`` a 100 ms batch is
 chat steps, a long prefill by embedding batches until they have had as long; with ``s = 0.25`` by about 33 ms
 of chat steps. When either side has nothing to do, ``lead`` goes back to 0: time used alone is not owed back.
 
-Where they can, the chats do not take turns at all: an embedding batch that is due carries the chats' next
-tokens in its own forward (a :class:`~nosink.models.riding.Rider`: one token a chat at the end of the batch's
-packed stream, attending its chat's KV cache), so one pass gives the batch its vectors and every chat a token.
-On a GPU a small model's pass costs about the same for 8 more tokens, so under both loads the chats then move at
-the pace of the batches and the embeddings lose only the sampling of a token a chat. That needs the batch's plan
-to walk every layer once (no early exit, repeated layers, Token Prepending or sliding windows), a packed batch on
-the fast path (a GPU) and no LoRA adapters (chats run the base model); elsewhere, and with ``chat_riding=False``,
-the two take turns as above.
+With ``chat_riding=True`` (experimental, off by default) the chats need not take turns: an embedding batch that
+is due carries the chats' next tokens in its own forward (a :class:`~nosink.models.riding.Rider`: one token a chat
+at the end of the batch's packed stream, attending its chat's KV cache), so one pass gives the batch its vectors
+and every chat a token, and the balance above is left as it was. That needs the batch's plan to walk every layer
+once (no early exit, repeated layers, Token Prepending or sliding windows), a packed batch on the fast path (a GPU)
+and no LoRA adapters (chats run the base model); elsewhere the two take turns. It is off by default because it
+measured slower where it was meant to help: on an H200 (Qwen2.5-0.5B shape) one riding unit took 0.72-0.93x the
+time of a batch and a chat step in turns, but under the served mixed load the embeddings fell to 0.28x and the
+chats to 0.40x of taking turns (``benchmarks/results/serve-gpu-13/``; the cause is not traced yet). And a chat
+that rides gets one token a batch: where batches take longer than two chat steps, it gets less than half its
+speed alone.
 
 On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
 both are queued on the model's one stream, so their passes still run one after the other, while the host
@@ -86,8 +89,8 @@ class Engine:
         limits: the batch sizes, waits and queue length (see :class:`Limits`).
         plans: the embedding configurations' plans by name, compiled once (:meth:`EncoderFromDecoder.plan_for`);
             an :class:`EmbedJob` names one in ``config`` (or none, for the encoder's own spec).
-        chat_riding: chat steps ride embedding batches where they can (see the module docstring); ``False``: the
-            two always take turns.
+        chat_riding: chat steps ride embedding batches where they can (experimental; see the module docstring);
+            ``False`` (the default): the two always take turns.
     """
 
     def __init__(
@@ -97,7 +100,7 @@ class Engine:
         tokenizer: object,
         limits: Limits,
         plans: Mapping[str, Plan] | None = None,
-        chat_riding: bool = True,
+        chat_riding: bool = False,
     ) -> None:
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
