@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Call 2's failing rider test on CUDA, with its traceback; then the served loads on the Qwen2.5-0.5B shape with
-# chat steps riding embedding batches, and the mixed load again on a server taking turns (--no-chat-riding).
+# chat steps riding embedding batches, and the mixed load again on a server taking turns (--no-chat-riding). At this
+# commit riding was the default and --turns-loads ran a --no-chat-riding server; now riding is opt-in (--chat-riding)
+# and the flag is --riding-loads.
 set -uo pipefail
 source benchmarks/results/device-setup.sh
 t0=$SECONDS
