@@ -372,6 +372,14 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
     p.add_argument(
+        "--warm-each",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="run each load this long, unmeasured, before measuring it (default 0: only the server's first warm-up, "
+        "5 s of 64x1)",
+    )
+    p.add_argument(
         "--riding-loads",
         nargs="*",
         default=[],
@@ -435,6 +443,8 @@ def main() -> None:
                 rows = {}
                 for load in loads:
                     embed, per, chats = _load(load)
+                    if args.warm_each:  # this load's own shapes (batch buckets, chat caches) captured before it counts
+                        drive(port, "model", texts, embed, per, chats, args.warm_each, args.load_procs)
                     spy = None
                     if args.py_spy is not None:
                         raw = args.profile_dir / f"py-spy-{workers}-{load.replace(' ', '')}.txt"
