@@ -506,8 +506,9 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
         fast = self._fast(device, eager)
 
         def packed(layout: Layout) -> bool:
-            pack_padding = True if rider is not None else self.pack_padding
-            return packs(layout, plans, pack_padding, self._graphs_apply(device, layout.max_length))
+            if rider is not None:  # a rider's tokens go after a packed stream, padded or not
+                return packs(layout, plans, True, graphs=True)
+            return packs(layout, plans, self.pack_padding, self._graphs_apply(device, layout.max_length))
 
         batch = prepare(self.parts, input_ids, attention_mask, eager=eager, fast=fast, packs=packed, host=host)
         batch.prepend = prepends(plans or [self.plan])
@@ -519,12 +520,16 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
 
     def rides(self, plans: Sequence[Plan]) -> bool:
         """Whether :meth:`encode_batch` can carry decode tokens (a :class:`~nosink.models.riding.Rider`) in a batch
-        under ``plans``: the plans walk every layer once (:func:`~nosink.models.riding.rides`) and the batch runs
-        packed on the fast path (a GPU, or ``fast_attention=True``; not ``pack_padding=False``)."""
+        under ``plans``: the plans walk every layer once (:func:`~nosink.models.riding.rides`), the batch runs
+        packed on the fast path (a GPU, or ``fast_attention=True``; not ``pack_padding=False``), the rotary
+        frequencies do not depend on the batch's largest position (a chat's would change the texts'), and no
+        rider's CUDA graph has failed to capture."""
         device = self.parts.embed_tokens.weight.device
         return (
-            rides(plans, self.parts.depth)
+            self._riders_broken is None
+            and rides(plans, self.parts.depth)
             and self.pack_padding is not False
+            and not self.parts.batch_wide_rotary
             and self._fast(device, self.parts.attn_implementation == "eager")
         )
 

@@ -343,6 +343,14 @@ class DecoderParts:
         return out[0] if isinstance(out, tuple) else out
 
     @property
+    def batch_wide_rotary(self) -> bool:
+        """Whether the rotary frequencies depend on the batch's largest position (transformers' dynamic and longrope
+        types pick them from ``max(position_ids)``), so one row's positions change another's embedding."""
+        kinds = getattr(self.rotary, "rope_type", "default") if self.rotary is not None else "default"
+        kinds = list(kinds.values()) if isinstance(kinds, dict) else [kinds]
+        return any("dynamic" in str(kind) or kind == "longrope" for kind in kinds)
+
+    @property
     def fast_attention_applies(self) -> bool:
         """Whether layers may run on the fast path: it replaces SDPA (eager stays the path with weights)."""
         return self.attn_implementation == "sdpa"

@@ -141,6 +141,7 @@ class LayerGraphs:
         self.graphs: dict[Hashable, _Graph] = {}
         self.seen: Counter[Hashable] = Counter()
         self.broken: Exception | None = None  # set when a capture failed: every batch then runs as it is
+        self.refused: dict[Hashable, Exception] = {}  # keys whose capture failed alone (run's `isolated`)
         self.replays = 0
         self._pool: object | None = None
         self._lock = threading.Lock()
@@ -154,6 +155,7 @@ class LayerGraphs:
         take: Callable[[dict[str, torch.Tensor]], Result],
         window: int | None = None,
         extras: Extras | None = None,
+        isolated: bool = False,
     ) -> Result | None:
         """Run a packed batch through the graph of ``key`` (the plans) and its bucket; ``None``: run it eagerly.
 
@@ -170,8 +172,10 @@ class LayerGraphs:
             extras: more inputs of one value per token, by name: ``(the N real tokens' values, the filler
                 tokens' value)``; ``body`` gets them as ``(n,)`` tensors of the same dtypes. Give the same
                 names and dtypes with every batch of a key.
+            isolated: a failed capture of this key turns off only this key's graphs (listed in ``refused``), not
+                every graph of the encoder.
         """
-        if self.broken is not None or torch.cuda.is_current_stream_capturing():
+        if self.broken is not None or key in self.refused or torch.cuda.is_current_stream_capturing():
             return None
         bucket = bucket_of(lengths, window)
         name = (key, bucket)
@@ -181,7 +185,7 @@ class LayerGraphs:
                 self.seen[name] += 1
                 if self.seen[name] < self.capture_after or len(self.graphs) >= self.limit:
                     return None
-                graph = self._capture(name, bucket, lengths, ids, body, extras)
+                graph = self._capture(name, bucket, lengths, ids, body, extras, key if isolated else None)
                 if graph is None:
                     return None
             else:
@@ -209,6 +213,7 @@ class LayerGraphs:
         ids: torch.Tensor,
         body: Body,
         extras: Extras | None,
+        isolated: Hashable = None,
     ) -> _Graph | None:
         graph = _Graph(bucket, self.device, extras)
         try:
@@ -219,6 +224,10 @@ class LayerGraphs:
                 lambda: body(graph.ids, graph.positions, graph.stream(), graph.extras), self.device, self._pool
             )
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
+            if isolated is not None:
+                self.refused[isolated] = err
+                logger.warning("no CUDA graph for %s: capturing it failed (%s)", isolated, err)
+                return None
             self.broken = err
             logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)
             return None

@@ -64,6 +64,7 @@ class GraphReplay:
             self.parts.compile_layers({} if compile is True else compile)
         self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
         self._rider_key: Hashable = None  # the key of the rider the graphs last carried (see _replay_pooled)
+        self._riders_broken: Exception | None = None  # a rider's graph failed to capture: no batch carries one now
 
     def warm_up(self) -> bool:
         """Compile now what the default (``compile=None``) compiles at the first CUDA-graph capture, by running one
@@ -191,9 +192,14 @@ class GraphReplay:
                 graphs.forget(lambda name: isinstance(name[0][-1], _Carrying))
                 self._rider_key = rider.key
             key += (_Carrying(rider.key),)
-        return graphs.run(
-            key, lengths, ids, body, take=take, window=window, extras={"row": (row, -1), "weight": (weight, 0.0)}
-        )
+        out = graphs.run(
+            key, lengths, ids, body, take=take, window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
+            isolated=rider is not None,
+        )  # fmt: skip
+        if rider is not None and key in graphs.refused:  # this batch runs as it is, and riders stop here
+            self._riders_broken = graphs.refused[key]
+            logger.warning("chat steps no longer ride embedding batches: %s", self._riders_broken)
+        return out
 
     def _layer_graphs(self, device: torch.device) -> LayerGraphs:
         # Graphs hold the addresses of the weights they were captured with: moved or cast weights (.to(), .half())

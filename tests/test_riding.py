@@ -3,6 +3,7 @@ batch alone, the chats' logits those of their decode step alone, and the chats g
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from test_serve_chat import SEEDS, chat, prompt, tiny_lm
@@ -221,3 +222,98 @@ def test_forgetting_an_encoders_last_graph_lets_the_next_capture_take_a_new_pool
     assert list(graphs.graphs) == [("b", 1)] and list(graphs.seen) == [("b", 1)] and graphs._pool is pool
     graphs.forget(lambda name: True)  # the pool's memory went with its last graph: a capture into it would fail
     assert not graphs.graphs and graphs._pool is None
+
+
+def test_an_unpadded_batch_carries_a_rider_too():
+    lm, tok = tiny_lm()
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok, fast_attention=True)
+    chats = started(lm, tok, [3, 9])
+    rows, tokens = chats.rows, [c.ids[-1] for c in chats.active]
+    batch = Tokenized(prefix_ids=[[1]] * 3, text_ids=[[5, 6, 7, 8]] * 3)  # no padding: it packs for the rider
+    with torch.inference_mode():
+        want_vectors, _ = encoder.encode_batch(batch, range(3), [encoder.plan], "mean", "right", False)
+        want = clone(rows).step(tokens)
+        rider = rows.rider(tokens)
+        vectors, _ = encoder.encode_batch(batch, range(3), [encoder.plan], "mean", "right", False, rider)
+        logits = rows.ridden(rider)
+    torch.testing.assert_close(vectors, want_vectors, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits, want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_rider_that_fails_fails_no_embedding_request_and_its_chats_step_alone(monkeypatch):
+    from test_serve_chat import alone
+
+    from nosink.models import texts as nosink_texts
+    from nosink.models.riding import Rider
+    from nosink.serve.engine import Engine
+    from nosink.serve.jobs import EmbedJob
+    from nosink.serve.limits import Limits
+
+    lm, tok = tiny_lm()
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok, fast_attention=True)
+    engine = Engine(encoder, lm, tok, Limits(batch_size=4, batch_texts=4), chat_riding=True)
+    job_chat = chat(prompt(5, 3), 3)
+    engine.chats.add(job_chat)
+    with torch.inference_mode():
+        engine.chats.step()  # prefilled: its first token
+        job = EmbedJob(nosink_texts.tokenize(tok, ["the cat sat"], sink=encoder.sink_ids()))  # one request alone
+        engine.batches.add(job)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("the rider's attention failed")
+
+        monkeypatch.setattr(Rider, "attend", broken)
+        rider = engine.chats.rider()
+        engine.batches.step(rider)
+        engine.batches.finish()
+        assert rider.logits is None  # not carried: the batch ran again without it
+        engine.chats.ridden(rider)  # so the chats' step runs alone
+        monkeypatch.undo()
+        while len(engine.chats):
+            engine.chats.step()
+    want = encoder.encode(["the cat sat"], normalize_embeddings=True)
+    np.testing.assert_allclose(job.future.result(), want, atol=1e-5)
+    assert job_chat.ids == alone(lm, job_chat.prompt_ids, 3)
+
+
+def test_rotary_frequencies_that_follow_the_batchs_longest_position_carry_no_rider():
+    import transformers as tf
+    from tiny import COMMON
+
+    tok = tiny_lm()[1]
+    for rope in ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}, None):
+        config = tf.LlamaConfig(**COMMON, num_key_value_heads=2, rope_parameters=rope)
+        config.vocab_size = len(tok)
+        lm = tf.AutoModelForCausalLM.from_config(config).eval()
+        encoder = EncoderFromDecoder.from_model(lm, "F*", tok, fast_attention=True)
+        # A chat's positions would change the texts' frequencies (and the texts' a chat's): no riding then.
+        assert encoder.parts.batch_wide_rotary is (rope is not None)
+        assert encoder.rides([encoder.plan]) is (rope is None)
+
+
+def test_cache_buffers_never_share_a_riders_key_with_earlier_ones():
+    lm, tok = tiny_lm()
+    keys = set()
+    for _ in range(3):  # a Rows made after another is gone may get its id(): never its key
+        chats = started(lm, tok, [4])
+        with torch.inference_mode():
+            keys.add(chats.rows.rider([chats.active[0].ids[-1]]).key)
+        del chats
+    assert len(keys) == 3
+
+
+def test_a_riders_graph_that_fails_to_capture_turns_off_only_its_own_key(monkeypatch):
+    from nosink.models.graphs import LayerGraphs
+
+    # On a CPU every capture fails (it needs CUDA streams): the failure the isolated key stands for.
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    graphs = LayerGraphs(torch.device("cpu"), capture_after=1)
+    ids = torch.zeros(1, 4, dtype=torch.long)
+
+    def body(ids, positions, stream, extras):
+        return {"x": ids.float()}
+
+    assert graphs.run("rider", [4], ids, body, take=lambda out: out, isolated=True) is None
+    assert "rider" in graphs.refused and graphs.broken is None  # the other graphs stay on
+    assert graphs.run("plain", [4], ids, body, take=lambda out: out) is None
+    assert graphs.broken is not None

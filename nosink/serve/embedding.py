@@ -204,7 +204,14 @@ class Batches:
         try:
             return self._queue(rows, start, rider)
         except Exception as err:
-            self._alone(rows, err)
+            failure = err
+            if rider is not None:  # the rider may be what failed: the batch is tried once without it
+                rider.logits = None
+                try:
+                    return self._queue(rows, start)
+                except Exception as again:
+                    failure = again
+            self._alone(rows, failure)
             self._settle(rows, start)
             return None
 

@@ -23,6 +23,7 @@ after the prefill), with one window size; any other kind of cache layer is refus
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 FIRST_WIDTH = 256  # columns of the first buffers (and of those kept while no chat runs)
 PREFILL_MIN = 16  # prompts are left-padded to a power of two of at least this many tokens
 PREFILL_GRAPH_MAX = 512  # longer prompts are prefilled as they are, not by a graph
+_SERIALS = itertools.count()  # each Rows's serial number (its id() may be another's after it is gone)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Rows:
         self.broken: Exception | None = None  # a capture failed: steps run as they are from then on
         self.captures = 0  # graphs captured so far (growing the buffers drops them: they are captured again)
         self.generation = 0  # counts the buffers made: a rider's key (graphs of older buffers never replay)
+        self.serial = next(_SERIALS)  # this Rows among all of the process's, even after it is gone (a rider's key)
         self._pool: object | None = None
 
     def __len__(self) -> int:
@@ -234,7 +237,7 @@ class Rows:
         assert self.mask is not None and self.column is not None
         ids, real = self._fed(1)
         rows = self.mask.shape[0]
-        key = (id(self), self.generation, rows, self.mask.shape[1])
+        key = (self.serial, self.generation, rows, self.mask.shape[1])  # never an earlier, freed buffers' key
         return Rider(ids[:, 0], real[:, 0], self.keys, self.values, self.mask, self.column, _head(self.lm), key)
 
     def ridden(self, rider: Rider) -> torch.Tensor:
