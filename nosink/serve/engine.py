@@ -14,13 +14,14 @@ With ``chat_riding=True`` (experimental, off by default) the chats need not take
 is due carries the chats' next tokens in its own forward (a :class:`~nosink.models.riding.Rider`: one token a chat
 at the end of the batch's packed stream, attending its chat's KV cache), so one pass gives the batch its vectors
 and every chat a token, and the balance above is left as it was. That needs the batch's plan to walk every layer
-once (no early exit, repeated layers, Token Prepending or sliding windows), a packed batch on the fast path (a GPU)
-and no LoRA adapters (chats run the base model); elsewhere the two take turns. It is off by default because it
-measured slower where it was meant to help: on an H200 (Qwen2.5-0.5B shape) one riding unit took 0.72-0.93x the
-time of a batch and a chat step in turns, but under the served mixed load the embeddings fell to 0.28x and the
-chats to 0.40x of taking turns (``benchmarks/results/serve-gpu-13/``; the cause is not traced yet). And a chat
-that rides gets one token a batch: where batches take longer than two chat steps, it gets less than half its
-speed alone.
+once (no early exit, repeated layers, Token Prepending or sliding windows), a packed batch on the fast path (a GPU),
+no LoRA adapters (chats run the base model) and rotary frequencies that do not follow the batch's longest position
+(:meth:`EncoderFromDecoder.rides`); elsewhere, and for a batch whose rider fails, the two take turns. It is off by
+default because it measured slower where it was meant to help: on an H200 one riding unit took 0.72-1.01x the time
+of a batch and a chat step in turns, but under the served mixed load (Qwen2.5-0.5B shape) the embeddings fell to
+0.28x and the chats to 0.40x of taking turns (``benchmarks/results/serve-gpu-13/``; the cause is not traced yet).
+And a chat that rides gets one token a batch: where batches take longer than two chat steps, it gets less than
+half its speed alone.
 
 On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
 both are queued on the model's one stream, so their passes still run one after the other, while the host
