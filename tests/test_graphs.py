@@ -163,14 +163,17 @@ class _Unrolled:
     made: ClassVar[list] = []
 
     def __init__(self, device):
-        self.device, self.keys, self.replays = device, [], 0
+        self.device, self.keys, self.replays, self.refused, self.forgotten = device, [], 0, {}, 0
         _Unrolled.made.append(self)
 
-    def run(self, key, lengths, ids, body, take, window=None, extras=None):
+    def run(self, key, lengths, ids, body, take, window=None, extras=None, isolated=False):
         self.keys.append(key)
         graph = _Graph(bucket_of(lengths, window), self.device, extras)
         graph.fill(lengths, ids, extras)
         return take(body(graph.ids, graph.positions, graph.stream(), graph.extras))
+
+    def forget(self, which):
+        self.forgotten += 1
 
 
 @pytest.fixture
@@ -210,6 +213,38 @@ def test_encode_through_a_pooled_graphs_function_equals_the_dense_path(unrolled,
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-4)
         assert not got[1].any(), "a text with no tokens pools to zeros"
     assert [key[1:] for key in unrolled.made[0].keys] == [("pooled",)] * 8
+
+
+@pytest.mark.parametrize("spec", ["F* | M0B*2", "F* | B*2", "R*"])
+def test_chat_tokens_riding_a_pooled_graphs_function_give_each_its_result_alone(unrolled, monkeypatch, spec):
+    # What a pooled graph with a rider computes (models/riding.py), off CUDA: the rider's ids and positions after the
+    # graph's stream, its attention over the chats' cache rows, its logits taken beside the pooled vectors.
+    from test_riding import clone, started
+    from test_riding import texts as token_rows
+    from test_serve_chat import tiny_lm
+
+    from nosink.models.replaying import _Carrying
+
+    lm, tok = tiny_lm()
+    encoder = EncoderFromDecoder.from_model(lm, spec, tok, fast_attention=True, compile=False)
+    monkeypatch.setattr(encoder, "_graphs_apply", lambda device, longest: True)
+    chats = started(lm, tok, [3, 9, 5])
+    rows, batch, plans = chats.rows, token_rows(6, 1), [encoder.plan]
+    with torch.inference_mode():
+        want_vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False)
+        for _ in range(3):
+            tokens = [c.ids[-1] for c in chats.active]
+            want = clone(rows).step(tokens)
+            rider = rows.rider(tokens)
+            vectors, _ = encoder.encode_batch(batch, range(6), plans, "mean", "right", False, rider)
+            logits = rows.ridden(rider)
+            torch.testing.assert_close(vectors, want_vectors, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(logits, want, atol=1e-4, rtol=1e-4)
+            for chat, token in zip(chats.active, logits.argmax(-1).tolist(), strict=True):
+                chat.ids.append(token)
+    keys = unrolled.made[0].keys
+    assert len(keys) == 4 and all(isinstance(key[-1], _Carrying) for key in keys[1:])  # the rider's graphs ran
+    assert len({key[-1] for key in keys[1:]}) == 1 and unrolled.made[0].forgotten == 1  # one cache: one key
 
 
 def test_batches_the_padded_path_refuses_or_warns_about_never_take_a_pooled_graph(unrolled, monkeypatch):
