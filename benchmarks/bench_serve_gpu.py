@@ -367,7 +367,10 @@ def main() -> None:
     p.add_argument("--load-procs", type=int, default=4, help="processes generating the load")
     p.add_argument("--chat-share", type=float, default=0.5, help="the server's --chat-share (mixed loads)")
     p.add_argument(
-        "--loads", nargs="+", default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"]
+        "--loads",
+        nargs="*",
+        default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"],
+        help="the loads, on a server taking turns; none (--loads with nothing after it): only --riding-loads run",
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
@@ -434,7 +437,7 @@ def main() -> None:
             (workers, False, args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)
         ]
         runs += [(args.workers[0], True, args.riding_loads)] if args.riding_loads else []
-        for workers, riding, loads in runs:
+        for workers, riding, loads in [run for run in runs if run[2]]:
             name = f"{workers} chat riding" if riding else str(workers)
             log = Path(tmp) / f"server-{workers}-{riding}.log"
             server, port = start_server(folder, args, workers, log, riding)
@@ -447,7 +450,7 @@ def main() -> None:
                         drive(port, "model", texts, embed, per, chats, args.warm_each, args.load_procs)
                     spy = None
                     if args.py_spy is not None:
-                        raw = args.profile_dir / f"py-spy-{workers}-{load.replace(' ', '')}.txt"
+                        raw = args.profile_dir / f"py-spy-{name.replace(' ', '-')}-{slug(load)}.txt"
                         spy = sample(args.py_spy, server.pid, args.seconds, raw)
                     before, started, cpu = health(port), time.perf_counter(), cpu_now(server.pid)
                     rows[load] = drive(
@@ -494,7 +497,10 @@ def main() -> None:
                     if args.json:  # after every load: a run cut short (a time limit) keeps the loads it finished
                         args.json.write_text(json.dumps(report, indent=1))
                     if spy is not None:
-                        print(spy_summary(spy, raw, load, args.seconds), flush=True)
+                        try:  # a profile that cannot be read costs its summary, never the loads after it
+                            print(spy_summary(spy, raw, load, args.seconds), flush=True)
+                        except Exception as err:
+                            print(f"py-spy ({load}): its samples could not be read ({err!r})", flush=True)
                 rows["gpu_memory_mib"] = gpu_memory(server.pid)
             except BaseException:
                 print(f"server log tail:\n{log.read_text()[-3000:]}", flush=True)
@@ -540,6 +546,8 @@ def samples_summary(raw: Path, load: str, seconds: float, top: int = 25) -> str:
     stacks = []
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():  # not a stack and its count (py-spy writes a frame it cannot name so, for one)
+            continue
         stacks.append((stack.split(";"), int(count)))
     total = sum(n for _, n in stacks)
     if not total:
@@ -561,6 +569,11 @@ def samples_summary(raw: Path, load: str, seconds: float, top: int = 25) -> str:
     ours = [(name, n) for name, n in within.items() if "nosink" in name or "torch" in name]
     lines += [f"  {n / total:6.1%}  {name}" for name, n in sorted(ours, key=lambda x: -x[1])[:top]]
     return "\n".join(lines)
+
+
+def slug(load: str) -> str:
+    """A load's name as a file name's part: ``64x1 + 8 chats`` -> ``64x1-and-8chats``."""
+    return load.replace(" + ", "-and-").replace(" ", "")
 
 
 def _load(name: str) -> tuple[int, int, int]:

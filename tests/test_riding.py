@@ -172,14 +172,29 @@ def test_on_a_gpu_a_rider_replays_in_the_pooled_graph_and_its_buffers_grown_are_
     assert rows.generation >= 1
 
 
-def test_an_engine_whose_chats_ride_the_batches_answers_both_as_each_alone():
+@pytest.mark.parametrize("in_flight", [False, True], ids=["answered-at-once", "in-flight"])
+def test_an_engine_whose_chats_ride_the_batches_answers_both_as_each_alone(in_flight, monkeypatch):
+    # On a CPU a batch is answered when it is launched; with the stand-in for the GPU's copy to the host it stays in
+    # flight (as on a GPU) while the chats take the tokens of the batch they rode.
+    from test_serve_batches import _Pending
     from test_serve_chat import alone
 
+    import nosink.serve.embedding as embedding
     from nosink.models import texts as nosink_texts
+    from nosink.serve.embedding import Batches
     from nosink.serve.engine import Engine
+    from nosink.serve.generation import Chats
     from nosink.serve.jobs import EmbedJob
     from nosink.serve.limits import Limits
 
+    if in_flight:
+        monkeypatch.setattr(embedding, "ToHost", _Pending)
+    log = []
+    step, ridden = Batches.step, Chats.ridden
+    monkeypatch.setattr(
+        Batches, "step", lambda self, rider=None: (log.append(("step", rider is not None)), step(self, rider))
+    )
+    monkeypatch.setattr(Chats, "ridden", lambda self, rider: (log.append("ridden"), ridden(self, rider)))
     lm, tok = tiny_lm("llama", SEEDS["llama"])
     encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok, fast_attention=True)
     # A job of 4 texts makes a batch due at once (batch_texts 4): while one waits, the chats ride its batch.
@@ -192,16 +207,21 @@ def test_an_engine_whose_chats_ride_the_batches_answers_both_as_each_alone():
     try:
         for job in chats:
             engine.submit(job)
-        for k in range(40):  # a request after another until the chats end
-            batch = [" ".join(words[(k + j) % 5].split()[: 1 + (k + j) % 3]) for j in range(4)]
-            job = EmbedJob(nosink_texts.tokenize(tok, batch, sink=encoder.sink_ids()))
-            engine.submit(job)
-            jobs.append((batch, job.future.result(timeout=60)))
+        for k in range(0, 60, 3):  # three requests at a time (so batches queue behind one another) until chats end
+            wave = []
+            for w in range(k, k + 3):
+                batch = [" ".join(words[(w + j) % 5].split()[: 1 + (w + j) % 3]) for j in range(4)]
+                job = EmbedJob(nosink_texts.tokenize(tok, batch, sink=encoder.sink_ids()))
+                engine.submit(job)
+                wave.append((batch, job))
+            jobs += [(batch, job.future.result(timeout=60)) for batch, job in wave]
             if all(job.events and job.events[-1][0] == "done" for job in chats):
                 break
     finally:
         engine.stop()
     assert engine.stats["ridden_steps"] > 0
+    rode = [i for i, event in enumerate(log) if event == ("step", True)]
+    assert rode and all(log[i + 1] == "ridden" for i in rode)  # the chats take their tokens before the next launch
     for batch, vectors in jobs:
         torch.testing.assert_close(
             torch.from_numpy(vectors), torch.from_numpy(encoder.encode(batch, normalize_embeddings=True)),

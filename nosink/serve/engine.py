@@ -18,8 +18,9 @@ once (no early exit, repeated layers, Token Prepending or sliding windows), a pa
 no LoRA adapters (chats run the base model) and rotary frequencies that do not follow the batch's longest position
 (:meth:`EncoderFromDecoder.rides`); elsewhere, and for a batch whose rider fails, the two take turns. It is off by
 default because it measured slower where it was meant to help: on an H200 one riding unit took 0.72-1.01x the time
-of a batch and a chat step in turns, but under the served mixed load (Qwen2.5-0.5B shape) the embeddings fell to
-0.28x and the chats to 0.40x of taking turns (``benchmarks/results/serve-gpu-13/``; the cause is not traced yet).
+of a batch and a chat step in turns, but under the served mixed load, warmed up, the embeddings got 0.76x and the
+chats 1.08x of what taking turns gave them on the Qwen2.5-0.5B shape (``benchmarks/results/serve-gpu-14/``: a
+riding batch needs CUDA graphs of its own, and the load's many batch shapes keep it capturing them).
 And a chat that rides gets one token a batch: where batches take longer than two chat steps, it gets less than
 half its speed alone.
 
