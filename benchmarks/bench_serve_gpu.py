@@ -21,7 +21,8 @@ batch, how busy the engine was, an embedding request's mean time in the model's 
 latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
 batches that replayed one; it writes the raw numbers as JSON (``--json``; with each load's chat steps and how many
 of them rode an embedding batch, ``ridden_steps``). ``--riding-loads`` runs loads again on a server started with
-``--chat-riding`` (chat steps riding embedding batches, experimental), for the same offline baseline. With
+``--chat-riding`` (chat steps riding embedding batches, experimental), ``--stream-loads`` on one started with
+``--chat-stream`` (chat steps on a CUDA stream of their own, experimental), for the same offline baseline. With
 ``--py-spy PATH`` it samples the model's process during each load and prints where it held the interpreter lock.
 """
 
@@ -280,7 +281,7 @@ def drive(
 
 
 def start_server(
-    folder: Path, args: argparse.Namespace, workers: int, log: Path, riding: bool = False
+    folder: Path, args: argparse.Namespace, workers: int, log: Path, flags: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen, int]:
     from bench_serve import free_port
 
@@ -288,7 +289,7 @@ def start_server(
     command = [sys.executable, "-m", "nosink", "serve", str(folder), "--spec", args.spec, "--port", str(port)]
     command += ["--device", args.device, "--dtype", args.dtype, "--batch-size", str(args.batch)]
     command += ["--workers", str(workers), "--log-level", "warning", "--chat-share", str(args.chat_share)]
-    command += ["--chat-riding"] if riding else []
+    command += list(flags)  # --chat-riding or --chat-stream (experimental ways of running chat steps)
     command += ["--max-connections-per-client", "2048", "--max-connections", "4096"]
     handle = log.open("w")
     server = subprocess.Popen(command, stderr=handle, stdout=handle, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -370,7 +371,8 @@ def main() -> None:
         "--loads",
         nargs="*",
         default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"],
-        help="the loads, on a server taking turns; none (--loads with nothing after it): only --riding-loads run",
+        help="the loads, on a server taking turns; none (--loads with nothing after it): only --riding-loads and "
+        "--stream-loads run",
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
@@ -388,6 +390,13 @@ def main() -> None:
         default=[],
         help="loads also run on a server started with --chat-riding (chat steps riding embedding batches), with the "
         "first --workers",
+    )
+    p.add_argument(
+        "--stream-loads",
+        nargs="*",
+        default=[],
+        help="loads also run on a server started with --chat-stream (chat steps on a CUDA stream of their own), with "
+        "the first --workers",
     )
     p.add_argument(
         "--py-spy",
@@ -433,14 +442,15 @@ def main() -> None:
             f"offline encode(): {base:,.0f} texts/s ({report['offline']['tokens_per_text']:.1f} tokens a text; "
             f"the median of passes at {passes} texts/s, after two whole passes as warm-up)\n"
         )
-        runs = [
-            (workers, False, args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)
+        runs = [(workers, "", args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)]
+        runs += [
+            (args.workers[0], "chat-riding", args.riding_loads),
+            (args.workers[0], "chat-stream", args.stream_loads),
         ]
-        runs += [(args.workers[0], True, args.riding_loads)] if args.riding_loads else []
-        for workers, riding, loads in [run for run in runs if run[2]]:
-            name = f"{workers} chat riding" if riding else str(workers)
-            log = Path(tmp) / f"server-{workers}-{riding}.log"
-            server, port = start_server(folder, args, workers, log, riding)
+        for workers, variant, loads in [run for run in runs if run[2]]:
+            name = f"{workers} {variant.replace('-', ' ')}" if variant else str(workers)
+            log = Path(tmp) / f"server-{workers}-{variant}.log"
+            server, port = start_server(folder, args, workers, log, (f"--{variant}",) if variant else ())
             try:
                 drive(port, "model", texts, 64, 1, 0, min(5.0, args.seconds), args.load_procs)  # warm-up
                 rows = {}

@@ -416,6 +416,25 @@ def test_cli_serve_takes_turns_between_chat_steps_and_batches_unless_told_to_let
         assert served.pop().state.engine.riding is riding
 
 
+def test_cli_serve_runs_chat_steps_on_their_own_stream_when_told(tmp_path, monkeypatch, capsys):
+    import nosink.serve.engine as engine_module
+    from nosink.cli import main
+
+    served = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    own = object()  # on a CPU there is no stream of its own: a stand-in shows the flag reached the engine
+    monkeypatch.setattr(engine_module, "_own_stream", lambda lm: own)
+    folder = _saved_chat_model(tmp_path / "m")
+    for flags, stream in (([], None), (["--chat-stream"], own)):
+        assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
+        assert served.pop().state.engine.chat_stream is stream
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:  # argparse's own refusal, before any model is loaded
+        main(["serve", str(folder), "--spec", SPEC, "--chat-riding", "--chat-stream"])
+    assert stopped.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert not served
+
+
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
     from nosink.cli import main
 

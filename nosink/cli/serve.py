@@ -61,11 +61,18 @@ def _arguments(p: Parser) -> None:
         action="store_true",
         help="run embedding batches without CUDA graphs (on by default on a GPU in float16/bfloat16)",
     )
-    p.add_argument(
+    scheduling = p.add_mutually_exclusive_group()  # how chat steps share the GPU with embedding batches
+    scheduling.add_argument(
         "--chat-riding",
         action="store_true",
         help="experimental: on a GPU, an embedding batch that is due carries the chats' next tokens in its own forward "
         "(by default chat steps and batches take turns; see the serving guide for what it measured)",
+    )
+    scheduling.add_argument(
+        "--chat-stream",
+        action="store_true",
+        help="experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in "
+        "flight (by default both share the model's stream); not with --chat-riding",
     )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "
@@ -199,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
                          api_key=key, limits=limits, sink_token=sink_token,
                          cuda_graphs=not args.no_cuda_graphs, prepend=prepend,
-                         chat_riding=args.chat_riding)  # fmt: skip
+                         chat_riding=args.chat_riding, chat_stream=args.chat_stream)  # fmt: skip
         what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 

@@ -45,6 +45,7 @@ def create_app(
     cuda_graphs: bool = True,
     prepend: int | tuple[int, int] | None = None,
     chat_riding: bool = False,
+    chat_stream: bool = False,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -73,6 +74,8 @@ def create_app(
             sees it.
         chat_riding: experimental: chat steps ride embedding batches where they can (one forward for both; see
             :mod:`nosink.serve.engine`); ``False`` (the default): the two take turns.
+        chat_stream: experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding
+            batch in flight (see :mod:`nosink.serve.engine`); not with ``chat_riding``.
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
@@ -119,7 +122,7 @@ def create_app(
         key: Embedding(key, config.spec, config.exit_layer, config.template, dims) for key, config in configs.items()
     }
     positions = getattr(encoder.config, "max_position_embeddings", None)
-    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans, chat_riding)
+    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans, chat_riding, chat_stream)
     served = Served(
         name=name,
         tokenizer=tokenizer,

@@ -27,9 +27,16 @@ half its speed alone.
 On a GPU an embedding batch is answered after the next one is launched (see :mod:`nosink.serve.embedding`):
 both are queued on the model's one stream, so their passes still run one after the other, while the host
 builds one and answers the other. A batch in flight is answered before a chat step runs.
+
+With ``chat_stream=True`` (experimental, off by default; on a GPU) the chats' steps run on a CUDA stream of their
+own, beside the embedding batch in flight instead of after it: both are CUDA graphs of small kernels for a few
+rows, which leave most of the card idle (``benchmarks/results/serve-gpu-14/``: taking turns, about half of the
+GPU's time under the mixed load went to chat steps). The balance above is kept; a batch in flight is answered
+after the chat step that ran beside it. Not with ``chat_riding`` (a riding batch reads the chats' cache).
 """
 
 import concurrent.futures
+import contextlib
 import logging
 import queue
 import threading
@@ -93,6 +100,11 @@ class Engine:
             an :class:`EmbedJob` names one in ``config`` (or none, for the encoder's own spec).
         chat_riding: chat steps ride embedding batches where they can (experimental; see the module docstring);
             ``False`` (the default): the two always take turns.
+        chat_stream: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in flight
+            (experimental; see the module docstring); no effect elsewhere.
+
+    Raises:
+        ValueError: for both ``chat_riding`` and ``chat_stream``.
     """
 
     def __init__(
@@ -103,7 +115,10 @@ class Engine:
         limits: Limits,
         plans: Mapping[str, Plan] | None = None,
         chat_riding: bool = False,
+        chat_stream: bool = False,
     ) -> None:
+        if chat_riding and chat_stream:
+            raise ValueError("chat_riding and chat_stream exclude each other (a riding batch reads the chats' cache)")
         self.encoder, self.lm, self.tokenizer, self.limits = encoder, lm, tokenizer, limits
         self.inbox: Inbox = Inbox()  # another process's front-ends hand their jobs through a PipeInbox
         # busy_ms: the engine's time in embedding batches and chat steps (against the wall clock: how loaded it is)
@@ -118,6 +133,8 @@ class Engine:
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
         self.riding = chat_riding and lm is not None and not self.adapters
+        # The chats' own CUDA stream (None: they share the model's stream with the embedding batches).
+        self.chat_stream = _own_stream(lm) if chat_stream and lm is not None else None
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from other threads
@@ -196,6 +213,13 @@ class Engine:
                     elif self.batches.due() and (lead >= 0 or not chatting):
                         self.batches.step()  # launches a batch, answers the one in flight before it
                         weight, kind = -share, "embedding_ms"
+                    elif chatting and self.chat_stream is not None:  # beside the batch in flight, if any
+                        with adapters_off(self.adapters), self._on_chat_stream():
+                            self.chats.step()
+                        if not self.batches.due():
+                            self.batches.finish()  # it ran beside the step: answer it now
+                        weight, kind = 1.0 - share, "chat_ms"
+                        self.stats["chat_steps"] += 1
                     elif self.batches.in_flight is not None:
                         self.batches.finish()  # nothing to launch behind it: answer it now
                         weight, kind = -share, "embedding_ms"
@@ -219,6 +243,10 @@ class Engine:
                         self._reset(err)
                         failures, lead = 0, 0.0
                     _sleep(min(0.01 * 2 ** (failures - 1), 1.0) if failures else 0.0)
+
+    def _on_chat_stream(self) -> contextlib.AbstractContextManager:
+        """The context in which a chat step runs on the chats' own stream."""
+        return torch.cuda.stream(self.chat_stream)
 
     def _reset(self, err: Exception) -> None:
         """Fail every request the engine holds (their work keeps failing) and start its work lists afresh."""
@@ -258,3 +286,9 @@ class Engine:
             else:
                 self.chats.add(item)
         return True
+
+
+def _own_stream(lm: torch.nn.Module) -> torch.cuda.Stream | None:
+    """A CUDA stream of its own for ``lm``'s device, if that is a GPU; else None."""
+    device = next(lm.parameters()).device
+    return torch.cuda.Stream(device) if device.type == "cuda" else None
