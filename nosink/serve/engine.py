@@ -216,8 +216,7 @@ class Engine:
                     elif chatting and self.chat_stream is not None:  # beside the batch in flight, if any
                         with adapters_off(self.adapters), self._on_chat_stream():
                             self.chats.step()
-                        if not self.batches.due():
-                            self.batches.finish()  # it ran beside the step: answer it now
+                        self.batches.finish()  # the batch in flight ran beside the step: answer it now
                         weight, kind = 1.0 - share, "chat_ms"
                         self.stats["chat_steps"] += 1
                     elif self.batches.in_flight is not None:
