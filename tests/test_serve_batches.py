@@ -5,6 +5,8 @@ launches and answers is checked with a stand-in for the copy to the host that st
 on CUDA (skipped elsewhere) the real copy, against ``encode()``.
 """
 
+import contextlib
+import time
 import typing
 
 import numpy as np
@@ -218,15 +220,50 @@ def test_with_a_stream_of_their_own_chat_steps_run_beside_the_batch_in_flight(mo
     finally:
         worker.stop()
     log = _Pending.log
-    flying, beside = 0, 0  # batches launched and not yet waited on; chat steps while one was
-    for event in log:
+    flying, beside = 0, []  # batches launched and not yet waited on; chat steps run while one was
+    for i, event in enumerate(log):
         flying += {"launch": 1, "wait": -1}.get(event, 0)
-        beside += event == "chat step" and flying > 0
-    assert beside > 0 and log.count("chat step") == worker.stats["chat_steps"]
+        if event == "chat step" and flying > 0:
+            beside.append(i)
+    assert beside and log.count("chat step") == worker.stats["chat_steps"]
+    assert all(log[i + 1] == "wait" for i in beside)  # the batch beside a chat step is answered right after it
     for batch, vectors in jobs:
         np.testing.assert_allclose(vectors, _encode(encoder, batch), atol=1e-5, rtol=0)
     for job, (_, m) in zip(chats, lengths, strict=True):
         assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
+
+
+def test_a_chat_step_that_fails_beside_a_batch_in_flight_still_answers_the_batch(monkeypatch):
+    from test_serve_chat import SEEDS, chat, prompt, tiny_lm
+
+    from nosink.serve.generation import Chats
+
+    monkeypatch.setattr(embedding, "ToHost", _Pending)
+    monkeypatch.setattr(engine_module, "_own_stream", lambda lm: object())
+    monkeypatch.setattr(engine_module, "_sleep", lambda seconds: None)
+
+    def broken(self):
+        raise RuntimeError("a bug of the chat step, not of a request")
+
+    monkeypatch.setattr(Chats, "step", broken)
+    lm, tok = tiny_lm("llama", SEEDS["llama"])
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok)
+    worker = Engine(encoder, lm, tok, Limits(batch_wait_ms=0), chat_stream=True)
+    monkeypatch.setattr(worker, "_on_chat_stream", contextlib.nullcontext)
+    talk, job = chat(prompt(5, 0), 4), _job(encoder, TEXTS[:2])
+    worker.inbox.put(talk)
+    worker.inbox.put(job)  # both taken at once: the batch launches first, then the chat steps fail beside it
+    worker.start()
+    try:
+        # Answered by the first failing step's engine, before FAILURES of them fail every request the engine holds.
+        np.testing.assert_allclose(job.future.result(timeout=60), _encode(encoder, TEXTS[:2]), atol=1e-5, rtol=0)
+        for _ in range(600):
+            if talk.events:
+                break
+            time.sleep(0.05)
+        assert talk.events and talk.events[-1][0] == "error"  # the chat fails with the engine's reset
+    finally:
+        worker.stop()
 
 
 def test_chat_steps_cannot_both_ride_batches_and_run_beside_them(encoder):
@@ -248,7 +285,7 @@ def test_on_cuda_chat_steps_on_their_own_stream_answer_as_each_alone(monkeypatch
     run = kv.Rows._run
 
     def spy(self, fed, length):
-        streams.append(torch.cuda.current_stream())
+        streams.append((torch.cuda.current_stream(), worker.batches.in_flight is not None))
         return run(self, fed, length)
 
     monkeypatch.setattr(kv.Rows, "_run", spy)
@@ -270,9 +307,31 @@ def test_on_cuda_chat_steps_on_their_own_stream_answer_as_each_alone(monkeypatch
     finally:
         worker.stop()
     assert isinstance(worker.chat_stream, torch.cuda.Stream) and streams
-    assert all(stream == worker.chat_stream for stream in streams)  # every chat forward ran on the chats' stream
+    assert all(stream == worker.chat_stream for stream, _ in streams)  # every chat forward ran on the chats' stream
+    assert any(flying for _, flying in streams)  # and some while an embedding batch was in flight
     assert worker.chats.rows.broken is None and worker.chats.rows.graphs  # and replayed CUDA graphs there
     for batch, vectors in jobs:
         np.testing.assert_allclose(vectors, _encode(encoder, batch), atol=1e-4, rtol=0)
     for job, (_, m) in zip(chats, lengths, strict=True):
         assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
+
+
+def test_rotary_frequencies_that_follow_the_batchs_longest_position_keep_chat_steps_on_the_models_stream(
+    monkeypatch,
+):
+    # transformers' dynamic and longrope types rewrite the one rotary module's frequencies in each forward: the chats
+    # and the embeddings must not do that on two streams with nothing ordering them.
+    import transformers as tf
+    from test_serve_chat import tiny_lm
+    from tiny import COMMON
+
+    own = object()
+    monkeypatch.setattr(engine_module, "_own_stream", lambda lm: own)
+    tok = tiny_lm()[1]
+    for rope in ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}, None):
+        config = tf.LlamaConfig(**COMMON, num_key_value_heads=2, rope_parameters=rope)
+        config.vocab_size = len(tok)
+        lm = tf.AutoModelForCausalLM.from_config(config).eval()
+        encoder = EncoderFromDecoder.from_model(lm, "F*", tok)
+        worker = Engine(encoder, lm, tok, Limits(), chat_stream=True)
+        assert worker.chat_stream is (None if rope is not None else own)

@@ -32,7 +32,10 @@ With ``chat_stream=True`` (experimental, off by default; on a GPU) the chats' st
 own, beside the embedding batch in flight instead of after it: both are CUDA graphs of small kernels for a few
 rows, which leave most of the card idle (``benchmarks/results/serve-gpu-14/``: taking turns, about half of the
 GPU's time under the mixed load went to chat steps). The balance above is kept; a batch in flight is answered
-after the chat step that ran beside it. Not with ``chat_riding`` (a riding batch reads the chats' cache).
+after the chat step that ran beside it (its time counted as the embeddings'). Not with ``chat_riding`` (a riding
+batch reads the chats' cache), nor for rotary frequencies that follow the batch's longest position (transformers'
+dynamic and longrope types rewrite the rotary module's frequencies in each forward): there the two share the
+model's stream.
 """
 
 import concurrent.futures
@@ -133,8 +136,11 @@ class Engine:
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
         self.riding = chat_riding and lm is not None and not self.adapters
-        # The chats' own CUDA stream (None: they share the model's stream with the embedding batches).
-        self.chat_stream = _own_stream(lm) if chat_stream and lm is not None else None
+        # The chats' own CUDA stream (None: they share the model's stream with the embedding batches). Not where the
+        # rotary frequencies follow the batch's longest position: both sides would write the one rotary module's
+        # frequencies (transformers' dynamic and longrope types), with nothing ordering the two streams.
+        own = chat_stream and lm is not None and not encoder.parts.batch_wide_rotary
+        self.chat_stream = _own_stream(lm) if own else None
         self.thread = threading.Thread(target=self._loop, name="nosink-model", daemon=True)
 
     # -- called from other threads
@@ -202,7 +208,7 @@ class Engine:
                     chatting = len(self.chats) > 0
                     both = chatting and len(self.batches) > 0  # the balance counts only while both have work
                     lead = lead if both else 0.0
-                    start = time.perf_counter()
+                    start, answered = time.perf_counter(), 0.0
                     rider = self.chats.rider() if chatting and self.riding and self.batches.due() else None
                     if rider is not None:  # one pass: the batch, and a token of every chat (see the docstring)
                         self.batches.step(rider)
@@ -214,9 +220,13 @@ class Engine:
                         self.batches.step()  # launches a batch, answers the one in flight before it
                         weight, kind = -share, "embedding_ms"
                     elif chatting and self.chat_stream is not None:  # beside the batch in flight, if any
-                        with adapters_off(self.adapters), self._on_chat_stream():
-                            self.chats.step()
-                        self.batches.finish()  # the batch in flight ran beside the step: answer it now
+                        try:
+                            with adapters_off(self.adapters), self._on_chat_stream():
+                                self.chats.step()
+                        finally:  # the batch in flight ran beside the step: answer it now, even if the step failed
+                            answering = time.perf_counter()
+                            self.batches.finish()
+                            answered = time.perf_counter() - answering  # the embeddings' time, not the chats'
                         weight, kind = 1.0 - share, "chat_ms"
                         self.stats["chat_steps"] += 1
                     elif self.batches.in_flight is not None:
@@ -229,11 +239,11 @@ class Engine:
                         self.stats["chat_steps"] += 1
                     else:
                         continue
-                    took = time.perf_counter() - start
-                    self.stats["busy_ms"] += round(took * 1000)
-                    self.stats[kind] += round(took * 1000)
+                    took = time.perf_counter() - start - answered
+                    self._spent(took, kind)
+                    self._spent(answered, "embedding_ms")
                     if both:
-                        lead += weight * took
+                        lead += weight * took - share * answered
                     failures = 0
                 except Exception as err:  # the engine must outlive any one request
                     failures += 1
@@ -242,6 +252,11 @@ class Engine:
                         self._reset(err)
                         failures, lead = 0, 0.0
                     _sleep(min(0.01 * 2 ** (failures - 1), 1.0) if failures else 0.0)
+
+    def _spent(self, seconds: float, kind: str) -> None:
+        """Count ``seconds`` of the engine's time, spent on ``kind`` (``embedding_ms`` or ``chat_ms``)."""
+        self.stats["busy_ms"] += round(seconds * 1000)
+        self.stats[kind] += round(seconds * 1000)
 
     def _on_chat_stream(self) -> contextlib.AbstractContextManager:
         """The context in which a chat step runs on the chats' own stream."""
@@ -288,6 +303,11 @@ class Engine:
 
 
 def _own_stream(lm: torch.nn.Module) -> torch.cuda.Stream | None:
-    """A CUDA stream of its own for ``lm``'s device, if that is a GPU; else None."""
+    """A CUDA stream of its own for ``lm``'s device, if that is a GPU; else None.
+
+    Of high priority: torch hands out those from a pool apart from the default-priority streams on which CUDA
+    graphs are captured (which could otherwise be this very stream, making chat steps wait for a capture's
+    batch), and the GPU then favours the chats' small kernels.
+    """
     device = next(lm.parameters()).device
-    return torch.cuda.Stream(device) if device.type == "cuda" else None
+    return torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
