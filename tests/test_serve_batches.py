@@ -180,11 +180,39 @@ def test_an_error_that_keeps_escaping_the_engine_fails_its_requests_and_the_engi
 _STEP = embedding.Batches.step
 
 
+def _chats_beside_requests(worker, lm, encoder, wave: int, atol: float) -> None:
+    """Run ``worker`` with three chats while requests come ``wave`` at a time until the chats end, then check that
+    each request got what ``encode()`` gives (within ``atol``) and each chat the tokens it gets decoded alone."""
+    from test_serve_chat import alone, chat, prompt
+
+    lengths = [(3, 9), (7, 6), (5, 8)]  # (prompt, max_tokens)
+    chats = [chat(prompt(n, i), m) for i, (n, m) in enumerate(lengths)]
+    jobs = []
+    worker.start()
+    try:
+        for job in chats:
+            worker.submit(job)
+        for k in range(0, 60, wave):
+            batches = [[TEXTS[(w + j) % 4][: 6 + (w + j) % 9] for j in range(1 + w % 4)] for w in range(k, k + wave)]
+            submitted = [(batch, _job(encoder, batch)) for batch in batches]
+            for _, job in submitted:
+                worker.submit(job)
+            jobs += [(batch, job.future.result(timeout=120)) for batch, job in submitted]
+            if all(c.events and c.events[-1][0] == "done" for c in chats):
+                break
+    finally:
+        worker.stop()
+    for batch, vectors in jobs:
+        np.testing.assert_allclose(vectors, _encode(encoder, batch), atol=atol, rtol=0)
+    for job, (_, m) in zip(chats, lengths, strict=True):
+        assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
+
+
 def test_with_a_stream_of_their_own_chat_steps_run_beside_the_batch_in_flight(monkeypatch):
     # On a GPU the chats' steps then run on their own CUDA stream; here a stand-in context logs where a chat step
     # runs, and the stand-in copy keeps each batch in flight until it is waited on: a chat step must run while a
     # batch is in flight (not only after it is answered), and every answer must be what each gives alone.
-    from test_serve_chat import SEEDS, alone, chat, prompt, tiny_lm
+    from test_serve_chat import SEEDS, tiny_lm
 
     monkeypatch.setattr(embedding, "ToHost", _Pending)
     monkeypatch.setattr(_Pending, "log", [])
@@ -203,22 +231,7 @@ def test_with_a_stream_of_their_own_chat_steps_run_beside_the_batch_in_flight(mo
             return False
 
     monkeypatch.setattr(worker, "_on_chat_stream", OnStream)
-    lengths = [(3, 9), (7, 6), (5, 8)]  # (prompt, max_tokens)
-    chats = [chat(prompt(n, i), m) for i, (n, m) in enumerate(lengths)]
-    jobs = []
-    worker.start()
-    try:
-        for job in chats:
-            worker.submit(job)
-        for k in range(40):
-            batch = [TEXTS[(k + j) % 4][: 6 + (k + j) % 9] for j in range(1 + k % 4)]
-            job = _job(encoder, batch)
-            worker.submit(job)
-            jobs.append((batch, job.future.result(timeout=60)))
-            if all(c.events and c.events[-1][0] == "done" for c in chats):
-                break
-    finally:
-        worker.stop()
+    _chats_beside_requests(worker, lm, encoder, wave=1, atol=1e-5)
     log = _Pending.log
     flying, beside = 0, []  # batches launched and not yet waited on; chat steps run while one was
     for i, event in enumerate(log):
@@ -227,10 +240,6 @@ def test_with_a_stream_of_their_own_chat_steps_run_beside_the_batch_in_flight(mo
             beside.append(i)
     assert beside and log.count("chat step") == worker.stats["chat_steps"]
     assert all(log[i + 1] == "wait" for i in beside)  # the batch beside a chat step is answered right after it
-    for batch, vectors in jobs:
-        np.testing.assert_allclose(vectors, _encode(encoder, batch), atol=1e-5, rtol=0)
-    for job, (_, m) in zip(chats, lengths, strict=True):
-        assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
 
 
 def test_a_chat_step_that_fails_beside_a_batch_in_flight_still_answers_the_batch(monkeypatch):
@@ -273,7 +282,7 @@ def test_chat_steps_cannot_both_ride_batches_and_run_beside_them(encoder):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a stream of their own needs a GPU")
 def test_on_cuda_chat_steps_on_their_own_stream_answer_as_each_alone(monkeypatch):
-    from test_serve_chat import SEEDS, alone, chat, prompt, tiny_lm
+    from test_serve_chat import SEEDS, tiny_lm
 
     from nosink.serve import kv
 
@@ -289,31 +298,11 @@ def test_on_cuda_chat_steps_on_their_own_stream_answer_as_each_alone(monkeypatch
         return run(self, fed, length)
 
     monkeypatch.setattr(kv.Rows, "_run", spy)
-    lengths = [(3, 9), (7, 6), (5, 8), (4, 12)]  # (prompt, max_tokens)
-    chats = [chat(prompt(n, i), m) for i, (n, m) in enumerate(lengths)]
-    jobs = []
-    worker.start()
-    try:
-        for job in chats:
-            worker.submit(job)
-        for k in range(0, 60, 3):  # three requests at a time, so that batches are in flight beside chat steps
-            wave = [[TEXTS[(w + j) % 4][: 6 + (w + j) % 9] for j in range(1 + w % 4)] for w in range(k, k + 3)]
-            submitted = [(batch, _job(encoder, batch)) for batch in wave]
-            for _, job in submitted:
-                worker.submit(job)
-            jobs += [(batch, job.future.result(timeout=120)) for batch, job in submitted]
-            if all(c.events and c.events[-1][0] == "done" for c in chats):
-                break
-    finally:
-        worker.stop()
+    _chats_beside_requests(worker, lm, encoder, wave=3, atol=1e-4)
     assert isinstance(worker.chat_stream, torch.cuda.Stream) and streams
     assert all(stream == worker.chat_stream for stream, _ in streams)  # every chat forward ran on the chats' stream
     assert any(flying for _, flying in streams)  # and some while an embedding batch was in flight
     assert worker.chats.rows.broken is None and worker.chats.rows.graphs  # and replayed CUDA graphs there
-    for batch, vectors in jobs:
-        np.testing.assert_allclose(vectors, _encode(encoder, batch), atol=1e-4, rtol=0)
-    for job, (_, m) in zip(chats, lengths, strict=True):
-        assert job.ids == alone(lm, job.prompt_ids, m) and job.events[-1][0] == "done"
 
 
 def test_rotary_frequencies_that_follow_the_batchs_longest_position_keep_chat_steps_on_the_models_stream(
