@@ -21,8 +21,9 @@ batch, how busy the engine was, an embedding request's mean time in the model's 
 latency (the rest is HTTP, JSON, tokenizing and the pipe), and the CUDA graphs captured with the share of
 batches that replayed one; it writes the raw numbers as JSON (``--json``; with each load's chat steps and how many
 of them rode an embedding batch, ``ridden_steps``). ``--riding-loads`` runs loads again on a server started with
-``--chat-riding`` (chat steps riding embedding batches, experimental), ``--stream-loads`` on one started with
-``--chat-stream`` (chat steps on a CUDA stream of their own, experimental), for the same offline baseline. With
+``--chat-riding`` (chat steps riding embedding batches, experimental); ``--variant FLAGS LOAD ...`` (repeatable)
+runs loads on a server started with the serve flags ``FLAGS`` (their names without the dashes), e.g. ``--variant
+"chat-stream chat-compile" "64x1 + 8 chats" "1 chat"``; all against the same offline baseline. With
 ``--py-spy PATH`` it samples the model's process during each load and prints where it held the interpreter lock.
 """
 
@@ -372,7 +373,7 @@ def main() -> None:
         nargs="*",
         default=["64x1", "64x1 b64", "16x16", "256x1", "64x1 + 8 chats", "1 chat", "16 chats"],
         help="the loads, on a server taking turns; none (--loads with nothing after it): only --riding-loads and "
-        "--stream-loads run",
+        "--variant run",
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--compare-loads", nargs="+", default=["64x1", "16x16"], help="loads for the other --workers")
@@ -392,11 +393,13 @@ def main() -> None:
         "first --workers",
     )
     p.add_argument(
-        "--stream-loads",
-        nargs="*",
+        "--variant",
+        nargs="+",
+        action="append",
         default=[],
-        help="loads also run on a server started with --chat-stream (chat steps on a CUDA stream of their own), with "
-        "the first --workers",
+        metavar=("FLAGS", "LOAD"),
+        help="serve flags without their dashes (one argument, e.g. 'chat-stream chat-compile'), then loads to run on "
+        "a server started with them, with the first --workers; may be given several times",
     )
     p.add_argument(
         "--py-spy",
@@ -443,14 +446,12 @@ def main() -> None:
             f"the median of passes at {passes} texts/s, after two whole passes as warm-up)\n"
         )
         runs = [(workers, "", args.loads if i == 0 else args.compare_loads) for i, workers in enumerate(args.workers)]
-        runs += [
-            (args.workers[0], "chat-riding", args.riding_loads),
-            (args.workers[0], "chat-stream", args.stream_loads),
-        ]
-        for workers, variant, loads in [run for run in runs if run[2]]:
-            name = f"{workers} {variant.replace('-', ' ')}" if variant else str(workers)
-            log = Path(tmp) / f"server-{workers}-{variant}.log"
-            server, port = start_server(folder, args, workers, log, (f"--{variant}",) if variant else ())
+        runs.append((args.workers[0], "chat-riding", args.riding_loads))
+        runs += [(args.workers[0], flags, loads) for flags, *loads in args.variant]
+        for k, (workers, flags, loads) in enumerate([run for run in runs if run[2]]):
+            name = f"{workers} {flags.replace('-', ' ')}".strip()  # "8", "8 chat riding", "8 chat stream chat compile"
+            log = Path(tmp) / f"server-{k}.log"
+            server, port = start_server(folder, args, workers, log, tuple(f"--{flag}" for flag in flags.split()))
             try:
                 drive(port, "model", texts, 64, 1, 0, min(5.0, args.seconds), args.load_procs)  # warm-up
                 rows = {}

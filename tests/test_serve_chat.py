@@ -225,6 +225,48 @@ def test_a_chat_whose_states_overflow_fails_alone_and_leaves_nothing_for_the_nex
     assert later.ids == want and done(later)  # the NaN the bad chat left in its columns was wiped
 
 
+def _two_chats(lm, compiled: bool) -> kv.Rows:
+    """Two prompts prefilled (uncompiled) and joined into a :class:`kv.Rows` compiled or not."""
+    incoming = kv.Rows(lm, graphs=False)
+    incoming.prefill([prompt(4, 0), prompt(3, 1)])
+    rows = kv.Rows(lm, graphs=False, compiled=compiled)
+    rows.join([incoming])
+    return rows
+
+
+def test_a_compiled_chat_step_gives_the_logits_of_the_step_as_it_is():
+    lm, _ = tiny_lm("qwen2", SEEDS["qwen2"])
+    frames = torch._dynamo.utils.counters["frames"]["ok"]
+    with torch.inference_mode():
+        compiled, eager = _two_chats(lm, True), _two_chats(lm, False)
+        for step in range(3):
+            got, want = compiled.step([10 + step, 11 + step]), eager.step([10 + step, 11 + step])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert compiled._compiled is not None  # compiled all along: nothing failed and turned it off
+    assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # and torch.compile did compile the step
+
+
+def test_a_chat_step_that_fails_to_compile_runs_as_it_is_from_then_on(monkeypatch, caplog):
+    calls = []
+
+    def broken(forward):
+        def compiled(rows, length):
+            calls.append((rows, length))
+            raise RuntimeError("BackendCompilerFailed: no compiler here")
+
+        return compiled
+
+    monkeypatch.setattr(kv, "_compile", broken)
+    lm, _ = tiny_lm("llama", SEEDS["llama"])
+    with torch.inference_mode():
+        compiled, eager = _two_chats(lm, True), _two_chats(lm, False)
+        for step in range(2):
+            got, want = compiled.step([10 + step, 11 + step]), eager.step([10 + step, 11 + step])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 1 and compiled._compiled is None  # tried once, then uncompiled
+    assert "chat steps run uncompiled: compiling one failed" in caplog.text
+
+
 def test_rows_refuse_what_they_cannot_run():
     lm, _ = tiny_lm()
     rows = kv.Rows(lm)

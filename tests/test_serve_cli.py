@@ -435,6 +435,18 @@ def test_cli_serve_runs_chat_steps_on_their_own_stream_when_told(tmp_path, monke
     assert not served
 
 
+def test_cli_serve_compiles_chat_steps_when_told(tmp_path, monkeypatch):
+    from nosink.cli import main
+
+    served = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
+    folder = _saved_chat_model(tmp_path / "m")
+    for flags, compiled in (([], False), (["--chat-compile"], True)):
+        assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
+        chats = served.pop().state.engine.chats
+        assert (chats.rows._compiled is not None) is compiled and (chats.incoming._compiled is not None) is compiled
+
+
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
     from nosink.cli import main
 

@@ -74,6 +74,12 @@ def _arguments(p: Parser) -> None:
         help="experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in "
         "flight (by default both share the model's stream); not with --chat-riding",
     )
+    p.add_argument(
+        "--chat-compile",
+        action="store_true",
+        help="experimental: chat steps run through torch.compile (fewer, fused kernels a step; the first step of a new "
+        "shape waits for its compilation, seconds on a GPU)",
+    )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "
                         "encoder's own; chat never sees it)")  # fmt: skip
@@ -206,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(model, tokenizer, spec, name=name, chat=not args.no_chat, prompts=prompts,
                          api_key=key, limits=limits, sink_token=sink_token,
                          cuda_graphs=not args.no_cuda_graphs, prepend=prepend,
-                         chat_riding=args.chat_riding, chat_stream=args.chat_stream)  # fmt: skip
+                         chat_riding=args.chat_riding, chat_stream=args.chat_stream,
+                         chat_compile=args.chat_compile)  # fmt: skip
         what = app.state.served.described()
         access = "API key required" if key else "no API key: anyone who can reach the port can use it"
 

@@ -46,6 +46,7 @@ def create_app(
     prepend: int | tuple[int, int] | None = None,
     chat_riding: bool = False,
     chat_stream: bool = False,
+    chat_compile: bool = False,
 ) -> Any:
     """An OpenAI-compatible FastAPI app serving chat and embeddings from ``model``'s one set of weights.
 
@@ -76,6 +77,8 @@ def create_app(
             :mod:`nosink.serve.engine`); ``False`` (the default): the two take turns.
         chat_stream: experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding
             batch in flight (see :mod:`nosink.serve.engine`); not with ``chat_riding``.
+        chat_compile: experimental: chat steps run through ``torch.compile`` (fewer, fused kernels; a step of a
+            new shape waits for its compilation; see :mod:`nosink.serve.kv`).
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).
@@ -122,7 +125,7 @@ def create_app(
         key: Embedding(key, config.spec, config.exit_layer, config.template, dims) for key, config in configs.items()
     }
     positions = getattr(encoder.config, "max_position_embeddings", None)
-    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans, chat_riding, chat_stream)
+    engine = Engine(encoder, model if chat else None, tokenizer, limits, plans, chat_riding, chat_stream, chat_compile)
     served = Served(
         name=name,
         tokenizer=tokenizer,

@@ -105,6 +105,8 @@ class Engine:
             ``False`` (the default): the two always take turns.
         chat_stream: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in flight
             (experimental; see the module docstring); no effect elsewhere.
+        chat_compile: chat steps run through ``torch.compile`` (experimental; see :mod:`nosink.serve.kv`): fewer,
+            fused kernels a step, and a wait for the compilation at a step of a new shape.
 
     Raises:
         ValueError: for both ``chat_riding`` and ``chat_stream``.
@@ -119,6 +121,7 @@ class Engine:
         plans: Mapping[str, Plan] | None = None,
         chat_riding: bool = False,
         chat_stream: bool = False,
+        chat_compile: bool = False,
     ) -> None:
         if chat_riding and chat_stream:
             raise ValueError("chat_riding and chat_stream exclude each other (a riding batch reads the chats' cache)")
@@ -132,6 +135,7 @@ class Engine:
         self.stats.update(embedding_requests=0, embedding_request_ms=0, embedding_ms=0, chat_steps=0, chat_ms=0)
         self.stats.update(ridden_steps=0)
         self.plans = dict(plans or {})
+        self.chat_compile = chat_compile
         self.batches, self.chats = self._new_work()
         # A fine-tuned encoder's LoRA layers wrap the LM's own layers: chat steps run with them off (the base model).
         self.adapters = adapter_layers(lm)
@@ -279,7 +283,7 @@ class Engine:
         """Empty lists of embedding batches and chats (at the start, and after :meth:`_reset`)."""
         return (
             Batches(self.encoder, self.limits, self.stats, self.plans),
-            Chats(self.lm, self.tokenizer, self.limits.max_active_chats, self.stats),
+            Chats(self.lm, self.tokenizer, self.limits.max_active_chats, self.stats, self.chat_compile),
         )
 
     def _take(self) -> bool:

@@ -29,12 +29,15 @@ logger = logging.getLogger(__name__)
 class Chats:
     """The chats waiting and being decoded (at most ``max_active`` side by side), and their batch's KV cache."""
 
-    def __init__(self, lm: torch.nn.Module | None, tokenizer: Any, max_active: int, stats: dict[str, int]) -> None:
+    def __init__(
+        self, lm: torch.nn.Module | None, tokenizer: Any, max_active: int, stats: dict[str, int], compiled: bool = False
+    ) -> None:
         self.lm, self.tokenizer, self.max_active, self.stats = lm, tokenizer, max_active, stats
         self.waiting: list[ChatJob] = []
         self.active: list[ChatJob] = []  # row i of self.rows is self.active[i]
-        self.rows = kv.Rows(lm, rows=max_active) if lm is not None else None  # the chats being decoded
-        self.incoming = kv.Rows(lm) if lm is not None else None  # their prompts' prefill (rows grow as needed)
+        # the chats being decoded, and their prompts' prefill (rows grow as needed); compiled: see kv.Rows
+        self.rows = kv.Rows(lm, rows=max_active, compiled=compiled) if lm is not None else None
+        self.incoming = kv.Rows(lm, compiled=compiled) if lm is not None else None
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}

@@ -19,6 +19,11 @@ columns (:meth:`Rows.join`, :meth:`Rows.keep`), which happens when chats start o
 
 Layers: full attention and sliding window (transformers' ``DynamicLayer`` and ``DynamicSlidingWindowLayer``
 after the prefill), with one window size; any other kind of cache layer is refused.
+
+With ``compiled=True`` the step's forward goes through ``torch.compile`` (dynamic shapes) before its graph is
+captured: transformers' layers launch about 42 kernels a layer for a few rows (norms, rotary embedding, casts, one
+by one; ``benchmarks/results/serve-gpu-14/decode-ops.txt``), which a compiled forward fuses. The first step of a
+new shape then waits for its compilation; one that fails to compile runs uncompiled from then on, with a warning.
 """
 
 from __future__ import annotations
@@ -77,11 +82,13 @@ class Rows:
         lm: the causal LM (its prefill's cache layers say each layer's kind).
         graphs: replay each step as a CUDA graph where the model is on a GPU (``False``: always run it as it is).
         rows: rows of the first buffers (the chats expected side by side: growing the buffers drops the graphs).
+        compiled: run the forward through ``torch.compile`` (experimental; see the module docstring).
     """
 
-    def __init__(self, lm: torch.nn.Module, graphs: bool = True, rows: int = 1) -> None:
+    def __init__(self, lm: torch.nn.Module, graphs: bool = True, rows: int = 1, compiled: bool = False) -> None:
         self.lm = lm
         self.use_graphs = graphs
+        self._compiled: Callable[[int, int], torch.Tensor] | None = _compile(self._forward) if compiled else None
         self.first_rows = rows
         self.n = 0  # chats: rows 0..n-1
         self.end = 0  # columns 0..end-1 may hold tokens; the next token of every row goes to column `end`
@@ -255,8 +262,20 @@ class Rows:
         rows = self._load(fed, length)
         logits = self._replay(rows, length)
         if logits is None:
-            logits = self._forward(rows, length)
+            logits = self._compiled_or_not(rows, length)
         return self._commit(logits, len(fed), length)
+
+    def _compiled_or_not(self, rows: int, length: int) -> torch.Tensor:
+        """:meth:`_forward`, compiled where asked; a compilation that fails turns compiling off (with a warning)."""
+        if self._compiled is not None:
+            try:
+                return self._compiled(rows, length)
+            except Exception as err:
+                if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                    raise  # the capture fails as it is (see _replay), compiled or not
+                logger.warning("chat steps run uncompiled: compiling one failed (%s)", err)
+                self._compiled = None
+        return self._forward(rows, length)
 
     def _load(self, fed: Sequence[Sequence[int]], length: int, all_rows: bool = False) -> int:
         """Write the tokens ``fed[i]`` of row ``i``, left-padded to ``length``, into the buffers a forward reads (grown
@@ -328,7 +347,7 @@ class Rows:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             try:
-                self.graphs[rows, length] = capture(lambda: self._forward(rows, length), device, self._pool)
+                self.graphs[rows, length] = self._capture(rows, length, device)
                 self.captures += 1
             except Exception as err:  # a kernel that cannot be captured, or a host sync in the model's forward
                 self.broken = err
@@ -338,6 +357,18 @@ class Rows:
         graph, logits = self.graphs[rows, length]
         graph.replay()
         return logits
+
+    def _capture(self, rows: int, length: int, device: torch.device) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """The graph of ``(rows, length)``, compiled where asked; if that capture fails, compiling is turned off (with
+        a warning) and the forward captured as it is."""
+        if self._compiled is not None:
+            try:
+                return capture(lambda: self._compiled_or_not(rows, length), device, self._pool)
+            except Exception as err:
+                logger.warning("chat steps run uncompiled: capturing a compiled step failed (%s)", err)
+                self._compiled = None
+                self._pool = torch.cuda.graph_pool_handle()  # the failed capture may have left the pool unusable
+        return capture(lambda: self._forward(rows, length), device, self._pool)
 
     def _fed(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The buffers of the ids fed ``length`` at a time and of which of them are real (not left padding)."""
@@ -481,3 +512,15 @@ def _check_layers(cache: Any) -> None:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             kind = type(layer).__name__
             raise TypeError(f"batched chat decoding supports full and sliding-window attention caches, not {kind}")
+
+
+def _compile(forward: Callable[[int, int], torch.Tensor]) -> Callable[[int, int], torch.Tensor]:
+    """``forward`` through ``torch.compile`` with dynamic shapes (one compilation serves the row counts and lengths).
+
+    Raises:
+        RuntimeError: if this torch or Python cannot compile.
+    """
+    dynamo = getattr(torch, "_dynamo", None)
+    if dynamo is None or not dynamo.is_dynamo_supported():
+        raise RuntimeError(f"torch.compile is not available with torch {torch.__version__} on this Python")
+    return torch.compile(forward, dynamic=True)
