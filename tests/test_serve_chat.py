@@ -340,6 +340,22 @@ def test_on_a_gpu_the_decode_step_replays_a_cuda_graph_and_decodes_as_alone(fami
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_on_a_gpu_a_compiled_step_replays_a_cuda_graph_and_decodes_as_alone():
+    lm, tok = tiny_lm("qwen2", SEEDS["qwen2"])
+    lm = lm.cuda()
+    plan = [(3, 9, 0), (7, 4, 0), (2, 6, 2), (11, 5, 3), (5, 3, 3)]
+    jobs = [chat(prompt(n, i), m) for i, (n, m, _) in enumerate(plan)]
+    arrivals: dict[int, list[ChatJob]] = {}
+    for job, (_, _, at) in zip(jobs, plan, strict=True):
+        arrivals.setdefault(at, []).append(job)
+    chats = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0}, compiled=True)
+    drive(chats, arrivals)
+    assert chats.rows._compiled is not None and chats.rows.broken is None and chats.rows.graphs  # compiled graphs
+    for job, (_, m, _) in zip(jobs, plan, strict=True):
+        assert job.ids == alone(lm, job.prompt_ids, m)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_on_a_gpu_buffers_grown_mid_decode_are_captured_again():
     lm, tok = tiny_lm()
     lm = lm.cuda()
