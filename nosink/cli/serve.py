@@ -77,8 +77,8 @@ def _arguments(p: Parser) -> None:
     p.add_argument(
         "--chat-compile",
         action="store_true",
-        help="experimental: chat steps run through torch.compile (fewer, fused kernels a step; the first step of a new "
-        "shape waits for its compilation, seconds on a GPU)",
+        help="experimental: chat decode steps run through torch.compile (fewer, fused kernels a step; the first step "
+        "waits for its compilation, seconds on a GPU)",
     )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "

@@ -35,9 +35,10 @@ class Chats:
         self.lm, self.tokenizer, self.max_active, self.stats = lm, tokenizer, max_active, stats
         self.waiting: list[ChatJob] = []
         self.active: list[ChatJob] = []  # row i of self.rows is self.active[i]
-        # the chats being decoded, and their prompts' prefill (rows grow as needed); compiled: see kv.Rows
+        # The chats being decoded (compiled: their steps, see kv.Rows), and their prompts' prefill (rows grow as
+        # needed; never compiled: each new prompt length would be a compilation of its own).
         self.rows = kv.Rows(lm, rows=max_active, compiled=compiled) if lm is not None else None
-        self.incoming = kv.Rows(lm, compiled=compiled) if lm is not None else None
+        self.incoming = kv.Rows(lm) if lm is not None else None
         eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None) if lm is not None else None
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}

@@ -20,10 +20,11 @@ columns (:meth:`Rows.join`, :meth:`Rows.keep`), which happens when chats start o
 Layers: full attention and sliding window (transformers' ``DynamicLayer`` and ``DynamicSlidingWindowLayer``
 after the prefill), with one window size; any other kind of cache layer is refused.
 
-With ``compiled=True`` the step's forward goes through ``torch.compile`` (dynamic shapes) before its graph is
-captured: transformers' layers launch about 42 kernels a layer for a few rows (norms, rotary embedding, casts, one
-by one; ``benchmarks/results/serve-gpu-14/decode-ops.txt``), which a compiled forward fuses. The first step of a
-new shape then waits for its compilation; one that fails to compile runs uncompiled from then on, with a warning.
+With ``compiled=True`` the forward goes through ``torch.compile`` (dynamic shapes) before its graph is captured:
+transformers' layers launch about 42 kernels a layer for a few rows (norms, rotary embedding, casts, one by one;
+``benchmarks/results/serve-gpu-14/decode-ops.txt``), which a compiled forward fuses. The first forward of a new
+shape then waits for its compilation (each length fed is one: the chats compile their decode steps, not their
+prompts' prefill); one that fails to compile runs uncompiled from then on, with a warning.
 """
 
 from __future__ import annotations
