@@ -105,8 +105,8 @@ class Engine:
             ``False`` (the default): the two always take turns.
         chat_stream: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in flight
             (experimental; see the module docstring); no effect elsewhere.
-        chat_compile: chat steps run through ``torch.compile`` (experimental; see :mod:`nosink.serve.kv`): fewer,
-            fused kernels a step, and a wait for the compilation at a step of a new shape.
+        chat_compile: chat decode steps run through ``torch.compile`` (experimental; see :mod:`nosink.serve.kv`):
+            fewer, fused kernels a step, and a wait for the compilation at the first step of a new row count.
 
     Raises:
         ValueError: for both ``chat_riding`` and ``chat_stream``.
