@@ -78,7 +78,7 @@ def _arguments(p: Parser) -> None:
         "--chat-compile",
         action="store_true",
         help="experimental: chat decode steps run through torch.compile (fewer, fused kernels a step; the first step "
-        "waits for its compilation, seconds on a GPU)",
+        "waits for its compilation: seconds on a GPU, minutes on a small CPU)",
     )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "
