@@ -251,12 +251,14 @@ def capture(run: Callable[[], Result], device: torch.device, pool: object) -> tu
     side = torch.cuda.Stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
-        run()
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            outputs = run()
-        finally:
-            graph.capture_end()
-    current.wait_stream(side)
+    try:
+        with torch.cuda.stream(side):
+            run()
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            try:
+                outputs = run()
+            finally:
+                graph.capture_end()
+    finally:  # even after a failure: what runs next on this stream must not overtake the side stream's writes
+        current.wait_stream(side)
     return graph, outputs

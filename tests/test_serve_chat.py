@@ -236,6 +236,7 @@ def _two_chats(lm, compiled: bool) -> kv.Rows:
 
 def test_a_compiled_chat_step_gives_the_logits_of_the_step_as_it_is():
     lm, _ = tiny_lm("qwen2", SEEDS["qwen2"])
+    torch._dynamo.reset()  # dynamo keeps compiled code on the function's code object: this test compiles it anew
     frames = torch._dynamo.utils.counters["frames"]["ok"]
     with torch.inference_mode():
         compiled, eager = _two_chats(lm, True), _two_chats(lm, False)
@@ -252,7 +253,7 @@ def test_a_chat_step_that_fails_to_compile_runs_as_it_is_from_then_on(monkeypatc
     def broken(forward):
         def compiled(rows, length):
             calls.append((rows, length))
-            raise RuntimeError("BackendCompilerFailed: no compiler here")
+            raise torch._dynamo.exc.BackendCompilerFailed(forward, RuntimeError("no compiler here"), None)
 
         return compiled
 
@@ -265,6 +266,29 @@ def test_a_chat_step_that_fails_to_compile_runs_as_it_is_from_then_on(monkeypatc
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert len(calls) == 1 and compiled._compiled is None  # tried once, then uncompiled
     assert "chat steps run uncompiled: compiling one failed" in caplog.text
+
+
+def test_a_compiled_chat_steps_own_error_fails_it_and_leaves_compiling_on(monkeypatch):
+    # An error of the step itself (out of memory, say) is not torch.compile's: the step fails as it would uncompiled
+    # (leaving the chats as they were), and the next step runs compiled again.
+    fail = [True]
+
+    def flaky(forward):
+        def compiled(rows, length):
+            if fail.pop() if fail else False:
+                raise torch.OutOfMemoryError("CUDA out of memory (a stand-in)")
+            return forward(rows, length)
+
+        return compiled
+
+    monkeypatch.setattr(kv, "_compile", flaky)
+    lm, _ = tiny_lm("llama", SEEDS["llama"])
+    with torch.inference_mode():
+        compiled, eager = _two_chats(lm, True), _two_chats(lm, False)
+        with pytest.raises(torch.OutOfMemoryError):
+            compiled.step([10, 11])
+        assert compiled._compiled is not None  # still compiling
+        torch.testing.assert_close(compiled.step([10, 11]), eager.step([10, 11]), atol=1e-5, rtol=1e-5)
 
 
 def test_rows_refuse_what_they_cannot_run():
@@ -349,8 +373,17 @@ def test_on_a_gpu_a_compiled_step_replays_a_cuda_graph_and_decodes_as_alone():
     for job, (_, _, at) in zip(jobs, plan, strict=True):
         arrivals.setdefault(at, []).append(job)
     chats = Chats(lm, tok, max_active=4, stats={"chat_tokens": 0, "dropped": 0}, compiled=True)
+    captured = []
+    step = chats.rows._compiled
+
+    def counted(rows, length):
+        captured.append(torch.cuda.is_current_stream_capturing())
+        return step(rows, length)
+
+    chats.rows._compiled = counted
     drive(chats, arrivals)
-    assert chats.rows._compiled is not None and chats.rows.broken is None and chats.rows.graphs  # compiled graphs
+    assert chats.rows._compiled is counted and chats.rows.broken is None and chats.rows.graphs  # compiled graphs
+    assert any(captured)  # the compiled forward is what the graphs captured
     for job, (_, m, _) in zip(jobs, plan, strict=True):
         assert job.ids == alone(lm, job.prompt_ids, m)
 

@@ -106,7 +106,7 @@ class Engine:
         chat_stream: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in flight
             (experimental; see the module docstring); no effect elsewhere.
         chat_compile: chat decode steps run through ``torch.compile`` (experimental; see :mod:`nosink.serve.kv`):
-            fewer, fused kernels a step, and a wait for the compilation at the first step of a new row count.
+            fewer, fused kernels a step, and a wait for a compilation at the first step of one chat and of several.
 
     Raises:
         ValueError: for both ``chat_riding`` and ``chat_stream``.

@@ -22,9 +22,10 @@ after the prefill), with one window size; any other kind of cache layer is refus
 
 With ``compiled=True`` the forward goes through ``torch.compile`` (dynamic shapes) before its graph is captured:
 transformers' layers launch about 42 kernels a layer for a few rows (norms, rotary embedding, casts, one by one;
-``benchmarks/results/serve-gpu-14/decode-ops.txt``), which a compiled forward fuses. The first forward of a new
-shape then waits for its compilation (each length fed is one: the chats compile their decode steps, not their
-prompts' prefill); one that fails to compile runs uncompiled from then on, with a warning.
+``benchmarks/results/serve-gpu-14/decode-ops.txt``), which a compiled forward fuses. The first forward of one row
+and the first of several rows each wait for a compilation, and each length fed is one more (the chats compile
+their decode steps, not their prompts' prefill); where torch.compile itself fails, the forward runs uncompiled from
+then on, with a warning.
 """
 
 from __future__ import annotations
@@ -89,7 +90,12 @@ class Rows:
     def __init__(self, lm: torch.nn.Module, graphs: bool = True, rows: int = 1, compiled: bool = False) -> None:
         self.lm = lm
         self.use_graphs = graphs
-        self._compiled: Callable[[int, int], torch.Tensor] | None = _compile(self._forward) if compiled else None
+        self._compiled: Callable[[int, int], torch.Tensor] | None = None
+        if compiled:
+            try:
+                self._compiled = _compile(self._forward)
+            except RuntimeError as err:  # this torch or Python cannot compile: the steps run as they are
+                logger.warning("chat steps run uncompiled: %s", err)
         self.first_rows = rows
         self.n = 0  # chats: rows 0..n-1
         self.end = 0  # columns 0..end-1 may hold tokens; the next token of every row goes to column `end`
@@ -271,9 +277,9 @@ class Rows:
         if self._compiled is not None:
             try:
                 return self._compiled(rows, length)
-            except Exception as err:
+            except _COMPILE_ERRORS as err:  # any other error is the step's own, and fails it as it would uncompiled
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-                    raise  # the capture fails as it is (see _replay), compiled or not
+                    raise  # the capture fails as it is (see _capture)
                 logger.warning("chat steps run uncompiled: compiling one failed (%s)", err)
                 self._compiled = None
         return self._forward(rows, length)
@@ -360,16 +366,18 @@ class Rows:
         return logits
 
     def _capture(self, rows: int, length: int, device: torch.device) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        """The graph of ``(rows, length)``, compiled where asked; if that capture fails, compiling is turned off (with
-        a warning) and the forward captured as it is."""
-        if self._compiled is not None:
-            try:
-                return capture(lambda: self._compiled_or_not(rows, length), device, self._pool)
-            except Exception as err:
-                logger.warning("chat steps run uncompiled: capturing a compiled step failed (%s)", err)
-                self._compiled = None
-                self._pool = torch.cuda.graph_pool_handle()  # the failed capture may have left the pool unusable
-        return capture(lambda: self._forward(rows, length), device, self._pool)
+        """The graph of ``(rows, length)``, compiled where asked. If that capture fails and the forward as it is
+        captures, compiling is turned off (with a warning); if both fail, the error is the capture's own."""
+        if self._compiled is None:
+            return capture(lambda: self._forward(rows, length), device, self._pool)
+        try:
+            return capture(lambda: self._compiled_or_not(rows, length), device, self._pool)
+        except Exception as err:
+            self._pool = torch.cuda.graph_pool_handle()  # the failed capture may have left the pool recording
+            graph = capture(lambda: self._forward(rows, length), device, self._pool)
+            logger.warning("chat steps run uncompiled: capturing a compiled step failed (%s)", err)
+            self._compiled = None
+            return graph
 
     def _fed(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The buffers of the ids fed ``length`` at a time and of which of them are real (not left padding)."""
@@ -513,6 +521,16 @@ def _check_layers(cache: Any) -> None:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             kind = type(layer).__name__
             raise TypeError(f"batched chat decoding supports full and sliding-window attention caches, not {kind}")
+
+
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    """torch.compile's own failures (its backend's, dynamo's), not those of the code it compiles."""
+    exc = getattr(getattr(torch, "_dynamo", None), "exc", None)
+    names = ("BackendCompilerFailed", "InternalTorchDynamoError")
+    return tuple(getattr(exc, name) for name in names if exc is not None and hasattr(exc, name)) or (RuntimeError,)
+
+
+_COMPILE_ERRORS = _compile_errors()
 
 
 def _compile(forward: Callable[[int, int], torch.Tensor]) -> Callable[[int, int], torch.Tensor]:
