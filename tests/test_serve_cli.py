@@ -405,46 +405,46 @@ def test_cli_serve_reads_a_saved_encoders_spec_and_asks_a_plain_model_for_one(tm
     assert len(served) == 2
 
 
-def test_cli_serve_takes_turns_between_chat_steps_and_batches_unless_told_to_let_chats_ride(tmp_path, monkeypatch):
+def _engines(tmp_path, monkeypatch, *flag_sets: list[str]) -> list:
+    """The engine of the app ``nosink serve`` (a saved chat model, ``--spec SPEC``) would run with each of
+    ``flag_sets`` (the server itself never starts)."""
     from nosink.cli import main
 
     served = []
     monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
     folder = _saved_chat_model(tmp_path / "m")
-    for flags, riding in (([], False), (["--chat-riding"], True)):
+    for flags in flag_sets:
         assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
-        assert served.pop().state.engine.riding is riding
+    return [app.state.engine for app in served]
+
+
+def test_cli_serve_takes_turns_between_chat_steps_and_batches_unless_told_to_let_chats_ride(tmp_path, monkeypatch):
+    plain, riding = _engines(tmp_path, monkeypatch, [], ["--chat-riding"])
+    assert plain.riding is False and riding.riding is True
 
 
 def test_cli_serve_runs_chat_steps_on_their_own_stream_when_told(tmp_path, monkeypatch, capsys):
     import nosink.serve.engine as engine_module
     from nosink.cli import main
 
-    served = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
     own = object()  # on a CPU there is no stream of its own: a stand-in shows the flag reached the engine
     monkeypatch.setattr(engine_module, "_own_stream", lambda lm: own)
-    folder = _saved_chat_model(tmp_path / "m")
-    for flags, stream in (([], None), (["--chat-stream"], own)):
-        assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
-        assert served.pop().state.engine.chat_stream is stream
+    plain, stream = _engines(tmp_path, monkeypatch, [], ["--chat-stream"])
+    assert plain.chat_stream is None and stream.chat_stream is own
     capsys.readouterr()
+    served = []
+    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
     with pytest.raises(SystemExit) as stopped:  # argparse's own refusal, before any model is loaded
-        main(["serve", str(folder), "--spec", SPEC, "--chat-riding", "--chat-stream"])
+        main(["serve", str(tmp_path / "m"), "--spec", SPEC, "--chat-riding", "--chat-stream"])
     assert stopped.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert not served
 
 
 def test_cli_serve_compiles_chat_steps_when_told(tmp_path, monkeypatch):
-    from nosink.cli import main
-
-    served = []
-    monkeypatch.setattr(nosink.serve, "run", lambda app, **kwargs: served.append(app))
-    folder = _saved_chat_model(tmp_path / "m")
-    for flags, compiled in (([], False), (["--chat-compile"], True)):
-        assert main(["serve", str(folder), "--spec", SPEC, *flags, "--port", str(_free_port())]) == 0
-        chats = served.pop().state.engine.chats
-        assert (chats.rows._compiled is not None) is compiled and chats.incoming._compiled is None  # decode steps
+    plain, compiled = _engines(tmp_path, monkeypatch, [], ["--chat-compile"])
+    for engine, compiles in ((plain, False), (compiled, True)):
+        chats = engine.chats
+        assert (chats.rows._compiled is not None) is compiles and chats.incoming._compiled is None  # decode steps
 
 
 def test_cli_serve_refuses_a_prompt_without_a_name(tmp_path, capsys):
