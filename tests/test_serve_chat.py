@@ -247,6 +247,53 @@ def test_a_compiled_chat_step_gives_the_logits_of_the_step_as_it_is():
     assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # and torch.compile did compile the step
 
 
+def test_compiled_rows_warmed_up_compile_nothing_more_for_chats_of_one_to_four_rows():
+    # warm_up compiles the step of one row and of several before any chat (the server does it at start-up), so no
+    # chat waits for a compilation; the chats then decode as uncompiled ones, and the buffers are left empty.
+    lm, _ = tiny_lm("qwen2", SEEDS["qwen2"])
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        rows = kv.Rows(lm, graphs=False, rows=4, compiled=True)
+        rows.warm_up()
+        assert len(rows) == 0 and rows.width == 0 and rows.compiling
+        assert not any(bool(b.any()) for b in (*rows.keys, *rows.values))  # the dummy chats left nothing behind
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert graphs >= 2  # the step of one row and the step of several, compiled by warm_up
+        for n in (1, 3, 4):
+            incoming, alone = kv.Rows(lm, graphs=False), kv.Rows(lm, graphs=False)
+            prompts = [prompt(3 + i, i) for i in range(n)]
+            incoming.prefill(prompts)
+            rows.join([incoming])
+            alone.prefill(prompts)
+            for step in range(2):
+                tokens = [10 + step + i for i in range(n)]
+                torch.testing.assert_close(rows.step(tokens), alone.step(tokens), atol=1e-5, rtol=1e-5)
+            rows.clear()
+        with pytest.raises(ValueError, match="before any chat"):
+            rows.join([_two_chats(lm, False)])
+            rows.warm_up()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs  # no chat compiled anything
+    assert rows.compiling
+
+
+def test_an_engine_with_compiled_chat_steps_warms_them_up_at_start_and_none_without(monkeypatch):
+    from nosink import EncoderFromDecoder
+
+    warmed = []  # per warm_up: whether the steps compile, and in inference mode
+    monkeypatch.setattr(
+        kv.Rows, "warm_up", lambda self: warmed.append((self.compiling, torch.is_inference_mode_enabled()))
+    )
+    monkeypatch.setattr(kv, "_compile", lambda forward: forward)  # what warm_up compiles is the test above's
+    lm, tok = tiny_lm("llama", SEEDS["llama"])
+    encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok)
+    for compiled, want in ((False, []), (True, [(True, True)])):
+        warmed.clear()
+        engine = engine_module.Engine(encoder, lm, tok, Limits(), chat_compile=compiled)
+        engine.start()
+        engine.stop()
+        assert warmed == want, compiled
+
+
 def test_a_chat_step_that_fails_to_compile_runs_as_it_is_from_then_on(monkeypatch, caplog):
     calls = []
 

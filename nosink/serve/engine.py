@@ -151,8 +151,11 @@ class Engine:
 
     def start(self) -> None:
         """Compile what the encoder's first CUDA-graph capture would (:meth:`EncoderFromDecoder.warm_up`: on a GPU,
-        10-15 s once, so that no request waits for it), then start the engine's thread."""
+        10-15 s once, so that no request waits for it) and, with ``chat_compile``, the chats' decode steps (minutes),
+        then start the engine's thread."""
         self.encoder.warm_up()
+        with torch.inference_mode():
+            self.chats.warm_up()
         self.thread.start()
 
     def stop(self) -> None:

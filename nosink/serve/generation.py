@@ -46,6 +46,13 @@ class Chats:
     def __len__(self) -> int:
         return len(self.waiting) + len(self.active)
 
+    def warm_up(self) -> None:
+        """With compiled steps, compile them (and capture their graphs) before any chat: see
+        :meth:`kv.Rows.warm_up`. Nothing otherwise."""
+        if self.rows is not None and self.rows.compiling:
+            logger.info("compiling the chats' decode steps (--chat-compile): minutes on a first start")
+            self.rows.warm_up()
+
     def add(self, chat: ChatJob) -> None:
         """Queue a chat; it starts when fewer than ``max_active`` are being decoded."""
         self.waiting.append(chat)
