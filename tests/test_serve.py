@@ -680,6 +680,25 @@ def test_embeddings_only_server_refuses_chat(server):
         create_app(lm.model, tok, SPEC)
 
 
+def test_a_server_thread_starts_its_engine_outside_its_timeout_and_an_engine_never_started_stops(monkeypatch):
+    # The engine's warm-up (minutes with chat_compile on a GPU) is not the server's start: a slow one is waited for.
+    lm, tok = tiny_chat_model()
+    app = create_app(lm.model, tok, SPEC, name="tiny", chat=False)
+    warm = app.state.encoder.warm_up
+    monkeypatch.setattr(app.state.encoder, "warm_up", lambda: (time.sleep(1.5), warm()))
+    started, running = time.monotonic(), ServerThread(app)
+    try:
+        running.start(timeout=1.0)
+        assert time.monotonic() - started >= 1.5
+        status, got = request_json(running, "POST", "/v1/embeddings", {"model": "tiny", "input": TEXTS[:2]})
+        assert status == 200 and len(got["data"]) == 2
+    finally:
+        running.stop()
+    unused = create_app(lm.model, tok, SPEC, name="tiny", chat=False).state.engine
+    unused.stop()  # its thread never started: nothing to wait for, and no error
+    assert unused.thread.ident is None
+
+
 def test_create_app_refuses_what_cannot_serve():
     lm, tok = tiny_chat_model()
     tok.chat_template = None

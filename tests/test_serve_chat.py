@@ -247,19 +247,21 @@ def test_a_compiled_chat_step_gives_the_logits_of_the_step_as_it_is():
     assert torch._dynamo.utils.counters["frames"]["ok"] > frames  # and torch.compile did compile the step
 
 
-def test_compiled_rows_warmed_up_compile_nothing_more_for_chats_of_one_to_four_rows():
+@pytest.mark.parametrize(("buffer_rows", "chats"), [(4, (1, 3, 4)), (1, (1,))])
+def test_compiled_rows_warmed_up_compile_nothing_more_for_the_chats_their_buffers_hold(buffer_rows, chats):
     # warm_up compiles the step of one row and of several before any chat (the server does it at start-up), so no
-    # chat waits for a compilation; the chats then decode as uncompiled ones, and the buffers are left empty.
+    # chat waits for a compilation; the chats then decode as uncompiled ones, and the buffers are left empty. With
+    # buffers of one row (one chat at a time) it warms only that: two rows would grow them, and compile anew.
     lm, _ = tiny_lm("qwen2", SEEDS["qwen2"])
     torch._dynamo.reset()
     with torch.inference_mode():
-        rows = kv.Rows(lm, graphs=False, rows=4, compiled=True)
+        rows = kv.Rows(lm, graphs=False, rows=buffer_rows, compiled=True)
         rows.warm_up()
-        assert len(rows) == 0 and rows.width == 0 and rows.compiling
+        assert len(rows) == 0 and rows.width == 0 and rows.compiling and rows.mask.shape[0] == buffer_rows
         assert not any(bool(b.any()) for b in (*rows.keys, *rows.values))  # the dummy chats left nothing behind
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        assert graphs >= 2  # the step of one row and the step of several, compiled by warm_up
-        for n in (1, 3, 4):
+        assert graphs >= min(2, buffer_rows)  # the step of one row (and of several), compiled by warm_up
+        for n in chats:
             incoming, alone = kv.Rows(lm, graphs=False), kv.Rows(lm, graphs=False)
             prompts = [prompt(3 + i, i) for i in range(n)]
             incoming.prefill(prompts)
@@ -276,22 +278,30 @@ def test_compiled_rows_warmed_up_compile_nothing_more_for_chats_of_one_to_four_r
     assert rows.compiling
 
 
-def test_an_engine_with_compiled_chat_steps_warms_them_up_at_start_and_none_without(monkeypatch):
+def test_an_engine_with_compiled_chat_steps_warms_them_up_at_start_as_chat_runs_and_none_without(monkeypatch):
     from nosink import EncoderFromDecoder
+    from nosink.models.adapters import adapter_layers, add_lora
 
-    warmed = []  # per warm_up: whether the steps compile, and in inference mode
-    monkeypatch.setattr(
-        kv.Rows, "warm_up", lambda self: warmed.append((self.compiling, torch.is_inference_mode_enabled()))
-    )
-    monkeypatch.setattr(kv, "_compile", lambda forward: forward)  # what warm_up compiles is the test above's
     lm, tok = tiny_lm("llama", SEEDS["llama"])
     encoder = EncoderFromDecoder.from_model(lm, "F* | M0B*1", tok)
-    for compiled, want in ((False, []), (True, [(True, True)])):
+    add_lora(encoder.decoder, list(range(encoder.depth)), rank=2, alpha=4, dropout=0.0)  # embeddings fine-tuned
+    adapters = adapter_layers(lm)
+    warmed = []  # per warm_up: whether the steps compile, in inference mode, with the adapter off (as chat runs)
+
+    def warm_up(rows):
+        warmed.append((rows.compiling, torch.is_inference_mode_enabled(), all(a.disable_adapters for a in adapters)))
+
+    monkeypatch.setattr(kv.Rows, "warm_up", warm_up)
+    monkeypatch.setattr(kv, "_compile", lambda forward: forward)  # what warm_up compiles is the test above's
+    assert adapters
+    for compiled, want in ((False, []), (True, [(True, True, True)])):
         warmed.clear()
         engine = engine_module.Engine(encoder, lm, tok, Limits(), chat_compile=compiled)
         engine.start()
+        engine.start()  # started already: nothing more
         engine.stop()
         assert warmed == want, compiled
+        assert not any(a.disable_adapters for a in adapters)  # on again for the embeddings
 
 
 def test_a_chat_step_that_fails_to_compile_runs_as_it_is_from_then_on(monkeypatch, caplog):

@@ -78,8 +78,8 @@ def create_app(
         chat_stream: experimental: on a GPU, chat steps run on a CUDA stream of their own, beside the embedding
             batch in flight (see :mod:`nosink.serve.engine`); not with ``chat_riding``.
         chat_compile: experimental: chat decode steps run through ``torch.compile`` (fewer, fused kernels),
-            compiled when the engine starts (minutes on a GPU; see :mod:`nosink.serve.kv`): give
-            ``ServerThread.start`` a ``timeout`` longer than that.
+            compiled when the engine starts (minutes on a GPU; see :mod:`nosink.serve.kv`), before the server
+            accepts connections (``ServerThread.start``'s ``timeout`` does not count it).
 
     Raises:
         ImportError: if FastAPI is not installed (``pip install "nosink[serve]"``).

@@ -153,17 +153,20 @@ class Engine:
 
     def start(self) -> None:
         """Compile what the encoder's first CUDA-graph capture would (:meth:`EncoderFromDecoder.warm_up`: on a GPU,
-        10-15 s once, so that no request waits for it) and, with ``chat_compile``, the chats' decode steps (minutes),
-        then start the engine's thread."""
+        10-15 s once, so that no request waits for it) and, with ``chat_compile``, the chats' decode steps (minutes,
+        with any LoRA adapter off, as chat runs), then start the engine's thread. Once started, nothing more."""
+        if self.thread.ident is not None:
+            return
         self.encoder.warm_up()
-        with torch.inference_mode():
+        with torch.inference_mode(), adapters_off(self.adapters):
             self.chats.warm_up()
         self.thread.start()
 
     def stop(self) -> None:
-        """Fail what is still waiting and stop the engine's thread (waits up to 30 s)."""
+        """Fail what is still waiting and stop the engine's thread (waits up to 30 s), if it was started."""
         self.inbox.put(_STOP)
-        self.thread.join(timeout=30)
+        if self.thread.ident is not None:
+            self.thread.join(timeout=30)
 
     def busy(self) -> int:
         """Requests queued or being worked on."""

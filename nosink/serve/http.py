@@ -412,12 +412,14 @@ class ServerThread:
     def start(self, timeout: float = 60.0) -> "ServerThread":
         """Start serving; returns once the server accepts connections.
 
+        The model's engine starts first, its warm-up (minutes with ``chat_compile``) outside ``timeout``.
+
         Raises:
             OSError: if the address cannot be bound, or the server does not start (uvicorn's message).
             RuntimeError: if the server does not start within ``timeout`` seconds.
         """
         self._sockets = bind(self.host, self._port)
-        if self.workers:
+        if self.workers:  # FrontEnds.start starts the engine (its inbox reads the front-ends' pipes) before waiting
             from nosink.serve.processes import FrontEnds
 
             self.front_ends = FrontEnds(self.app, self.workers, self.host, self._sockets, "warning")
@@ -425,6 +427,14 @@ class ServerThread:
             self.thread = threading.Thread(target=self.front_ends.wait, name="nosink-front-ends", daemon=True)
             self.thread.start()
             return self
+        engine = getattr(self.app.state, "engine", None)
+        if engine is not None:
+            try:
+                engine.start()
+            except BaseException:
+                for sock in self._sockets:
+                    sock.close()
+                raise
         self.server = _server(self.app, self.host, self._sockets, "warning", lambda url: self._started.set())
 
         def serve() -> None:
@@ -439,8 +449,12 @@ class ServerThread:
         self.thread.start()
         if not self._started.wait(timeout):
             self.stop()
+            if engine is not None:
+                engine.stop()
             raise RuntimeError(f"the server did not start within {timeout:g} s")
         if self._error is not None:
+            if engine is not None:
+                engine.stop()
             raise self._error
         return self
 

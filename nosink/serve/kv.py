@@ -214,12 +214,13 @@ class Rows:
                     buffer.zero_()
 
     def warm_up(self) -> None:
-        """Run the decode step of one chat and of two (dummy chats, gone after), so that their compilations (with
-        ``compiled=True``: a step of one row and one of several each compile once) and CUDA graphs are done before
-        any chat waits for them. The buffers are kept, empty."""
+        """Run the decode step of one chat and, where the buffers have rows for several, of two (dummy chats, gone
+        after), so that their compilations (with ``compiled=True``: a step of one row and one of several each compile
+        once) are done before any chat waits for them, with the graphs of one and two rows (those of more rows are
+        captured at their first step). The buffers are kept, empty."""
         if self.n:
             raise ValueError("warm_up runs before any chat joins")
-        for n in (1, 2):
+        for n in (1, 2) if self.first_rows > 1 else (1,):  # two rows would grow one-row buffers: a new compilation
             incoming = Rows(self.lm, graphs=False)
             incoming.prefill([[0]] * n)
             self.join([incoming])
