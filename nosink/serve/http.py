@@ -449,11 +449,9 @@ class ServerThread:
         self.thread.start()
         if not self._started.wait(timeout):
             self.stop()
-            if engine is not None:
-                engine.stop()
-            raise RuntimeError(f"the server did not start within {timeout:g} s")
+            self._error = RuntimeError(f"the server did not start within {timeout:g} s")
         if self._error is not None:
-            if engine is not None:
+            if engine is not None:  # started above; uvicorn's lifespan may not have run to stop it
                 engine.stop()
             raise self._error
         return self
