@@ -320,6 +320,8 @@ def _run_shards(job: _Job, world: World, config: dict[str, Any], progress: Progr
     loop_start = time.perf_counter()
     if job.source.id_field is not None:
         check_unique_ids(job.source, job.shard_rows, world, n_shards)
+    # a long job compiles the graphs' layer loop first, where that repays (nosink.models.replaying)
+    job.encoder.compile_if_repaid(sum(min(job.shard_rows, n_rows - k * job.shard_rows) for k in todo))
     written = _encode_shards(job, todo, n_rows, config_sha, progress)
     summary = RankSummary(
         rank=world.rank,

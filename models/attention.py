@@ -36,12 +36,15 @@ needs no host value per batch, so it can be captured in a CUDA graph (:mod:`nosi
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from nosink.layerspec import Kind
 
@@ -58,6 +61,7 @@ __all__ = [
     "Segments",
     "attend",
     "fast_route",
+    "planless_sdpa",
     "varlen_ready",
 ]  # Segments, varlen_ready: from varlen
 
@@ -66,6 +70,25 @@ logger = logging.getLogger(__name__)
 # Below this share of the sequence, the head queries of M<n>B use a small (n+1, T) mask; above it,
 # the R route over the whole sequence (one causal kernel) is cheaper than a masked kernel (padded layout).
 _SMALL_HEAD = 0.25
+
+# SDPA's backends that need no plan per shape (see planless_sdpa), in SDPA's own order of preference.
+_PLANLESS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+@contextlib.contextmanager
+def planless_sdpa(device: torch.device) -> Iterator[None]:
+    """SDPA calls inside the block, on a CUDA ``device``, never take cuDNN's attention backend.
+
+    cuDNN builds an execution plan for each new shape of its inputs: on an H100 (torch 2.11) 3.8 ms of host time a
+    call on average over a fresh process's first 10,000 texts on the padded path, 4.4 s of its 10.9 s, against 1.2 s
+    with cuDNN's backend off; warm, the two were within noise (``benchmarks/results/cold-start/README.md``). Padded
+    batches take a new shape at almost every batch. The flag is torch's, process-wide, for the block's duration.
+    """
+    if device.type != "cuda" or torch.compiler.is_compiling():
+        yield
+        return
+    with sdpa_kernel(_PLANLESS):
+        yield
 
 
 class Layout:

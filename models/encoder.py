@@ -15,7 +15,7 @@ from torch import nn
 from nosink.checks import printable
 from nosink.layerspec import MAIN, Fork, LayerStep, Merge, Plan, Prepend, Spec, as_spec
 
-from .attention import Layout
+from .attention import Layout, planless_sdpa
 from .batch import (
     PLACEHOLDER_POSITION,
     Batch,
@@ -412,7 +412,8 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
                 return replayed
             self._embed(batch)
         out: dict[str, torch.Tensor] = {}
-        self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
+        with planless_sdpa(batch.position_ids.device):
+            self._run_tree(plans, 0, {MAIN: batch.hidden}, batch, out)
         if batch.rider is not None and batch.packed is not None:  # its tokens follow the stream's
             (hidden,) = out.values()
             batch.rider.logits = batch.rider.head(hidden[0, batch.packed.total :]).to(torch.float32, copy=True)

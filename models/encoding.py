@@ -194,6 +194,7 @@ def encode_texts(
         offsets=False,
     )  # fmt: skip
     total = prompts * sum(math.ceil(n / opts.batch_size) for n in chunks.sizes)
+    encoder.compile_if_repaid(prompts * len(texts))  # a long job compiles the graphs' layer loop first (replaying.py)
     show = total > 8 if opts.show_progress_bar is None else opts.show_progress_bar
     token_output = opts.output_value == "token_embeddings"
     # Sentence vectors: (plans, texts, D), each prompt's vectors added at their texts' rows (a template of several

@@ -264,6 +264,11 @@ class DecoderParts:
             self._local.compiled = before
 
     @property
+    def compiled(self) -> bool:
+        """Whether layer calls can run through a ``torch.compile``-d function (:meth:`compile_layers`, not dropped)."""
+        return self._compiled is not None
+
+    @property
     def compiles(self) -> bool:
         """Whether a layer called now (in this thread) runs compiled."""
         return self._compiled is not None and (self._compiled_everywhere or getattr(self._local, "compiled", False))

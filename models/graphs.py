@@ -13,12 +13,17 @@ pooled graphs' row of each token and its weight in its row's vector, see ``model
 rows attend only among themselves and their outputs are dropped. Buckets keep the stream within an eighth
 above the batch's tokens.
 
-A bucket is captured the second time a batch falls in it (a one-off shape never pays for a capture), into
-one memory pool shared by all the encoder's graphs (their intermediates reuse the same memory: a replay's
-outputs are taken, on the same stream, before the next replay). At most :data:`GRAPH_LIMIT` graphs are
-captured; batches of buckets beyond them run as they are. No graph is ever dropped for another: a workload
-of more shapes than the limit (a server's batches of every size) would otherwise capture without end, each
-capture costing a few batches' time. Nothing here knows transformers or the layer kinds: the encoder gives
+A bucket is captured at its first batch, which the capture's replay then runs: on an H100 a capture of the
+Qwen2.5-0.5B shape's uncompiled loop takes about what one batch run as it is takes (20-30 ms of host time, the
+graph's instantiation 2-8 ms; ``benchmarks/results/cold-start/``), so a one-shot job pays about nothing for its
+graphs and every later batch of the bucket replays. The function is run once before a capture (on the capture's
+stream, for what it initialises lazily: cuBLAS's workspace, a compiled function's kernels for a new shape) only where
+that is needed: at the first capture of a :class:`LayerGraphs`, for every capture of a compiled function
+(``rehearse``), and again where a capture without it failed. Graphs are captured into one memory pool shared by all
+the encoder's graphs (their intermediates reuse the same memory: a replay's outputs are taken, on the same stream,
+before the next replay). At most :data:`GRAPH_LIMIT` graphs are captured; batches of buckets beyond them run as they
+are. No graph is ever dropped for another: a workload of more shapes than the limit (a server's batches of every
+size) would otherwise capture without end. Nothing here knows transformers or the layer kinds: the encoder gives
 the function to capture.
 """
 
@@ -27,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections import Counter
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -42,7 +47,6 @@ logger = logging.getLogger(__name__)
 
 GRAPH_MAX_LENGTH = 1024  # batches of longer rows run as they are (the encoder's rule: see EncoderFromDecoder)
 GRAPH_LIMIT = 64  # graphs captured per encoder; each holds its outputs, the pool holds the largest one's work
-CAPTURE_AFTER = 2  # a bucket is captured at its second batch
 
 Result = TypeVar("Result")
 Body = Callable[[torch.Tensor, torch.Tensor, Packed, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
@@ -131,19 +135,19 @@ class LayerGraphs:
     Args:
         device: the CUDA device the model runs on.
         limit: graphs captured at most; later buckets run as they are.
-        capture_after: a bucket is captured at this many batches in it.
     """
 
-    def __init__(self, device: torch.device, limit: int = GRAPH_LIMIT, capture_after: int = CAPTURE_AFTER) -> None:
+    def __init__(self, device: torch.device, limit: int = GRAPH_LIMIT) -> None:
         self.device = device
         self.limit = limit
-        self.capture_after = capture_after
         self.graphs: dict[Hashable, _Graph] = {}
-        self.seen: Counter[Hashable] = Counter()
         self.broken: Exception | None = None  # set when a capture failed: every batch then runs as it is
         self.refused: dict[Hashable, Exception] = {}  # keys whose capture failed alone (run's `isolated`)
         self.replays = 0
+        self.captures = 0  # graphs captured so far (also those dropped by forget)
+        self.capture_seconds = 0.0  # host time those captures took, their instantiation included
         self._pool: object | None = None
+        self._side: torch.cuda.Stream | None = None  # every capture's stream (its lazy state set up once)
         self._lock = threading.Lock()
 
     def run(
@@ -156,6 +160,7 @@ class LayerGraphs:
         window: int | None = None,
         extras: Extras | None = None,
         isolated: bool = False,
+        rehearse: bool = False,
     ) -> Result | None:
         """Run a packed batch through the graph of ``key`` (the plans) and its bucket; ``None``: run it eagerly.
 
@@ -174,6 +179,8 @@ class LayerGraphs:
                 names and dtypes with every batch of a key.
             isolated: a failed capture of this key turns off only this key's graphs (listed in ``refused``), not
                 every graph of the encoder.
+            rehearse: run ``body`` once before each capture (a compiled ``body``: a new shape may compile), not
+                only before the first.
         """
         if self.broken is not None or key in self.refused or torch.cuda.is_current_stream_capturing():
             return None
@@ -182,10 +189,9 @@ class LayerGraphs:
         with self._lock:
             graph = self.graphs.get(name)
             if graph is None:
-                self.seen[name] += 1
-                if self.seen[name] < self.capture_after or len(self.graphs) >= self.limit:
+                if len(self.graphs) >= self.limit:
                     return None
-                graph = self._capture(name, bucket, lengths, ids, body, extras, key if isolated else None)
+                graph = self._capture(name, bucket, lengths, ids, body, extras, key if isolated else None, rehearse)
                 if graph is None:
                     return None
             else:
@@ -195,13 +201,11 @@ class LayerGraphs:
             return take(graph.outputs)
 
     def forget(self, which: Callable[[Hashable], bool]) -> None:
-        """Drop the graphs (and the counts of batches seen) whose ``(key, bucket)`` name ``which`` picks: graphs that
-        read buffers their owner has freed, which would never replay again."""
+        """Drop the graphs whose ``(key, bucket)`` name ``which`` picks: graphs that read buffers their owner has
+        freed, which would never replay again."""
         with self._lock:
             for name in [name for name in self.graphs if which(name)]:
                 del self.graphs[name]
-            for name in [name for name in self.seen if which(name)]:
-                del self.seen[name]
             if not self.graphs:
                 self._pool = None  # freed with its last graph: a capture into it would fail
 
@@ -214,15 +218,26 @@ class LayerGraphs:
         body: Body,
         extras: Extras | None,
         isolated: Hashable = None,
+        rehearse: bool = False,
     ) -> _Graph | None:
         graph = _Graph(bucket, self.device, extras)
+        started = time.perf_counter()
         try:
             graph.fill(lengths, ids, extras)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            graph.graph, graph.outputs = capture(
-                lambda: body(graph.ids, graph.positions, graph.stream(), graph.extras), self.device, self._pool
-            )
+            if self._side is None:
+                self._side, rehearse = torch.cuda.Stream(self.device), True
+
+            def run() -> dict[str, torch.Tensor]:
+                return body(graph.ids, graph.positions, graph.stream(), graph.extras)
+
+            try:
+                graph.graph, graph.outputs = capture(run, self.device, self._pool, side=self._side, rehearse=rehearse)
+            except Exception:  # something the loop sets up at its first run of a shape: once more, rehearsed
+                if rehearse:
+                    raise
+                graph.graph, graph.outputs = capture(run, self.device, self._pool, side=self._side, rehearse=True)
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
             if isolated is not None:
                 self.refused[isolated] = err
@@ -232,14 +247,25 @@ class LayerGraphs:
             logger.warning("CUDA graphs are off for this encoder: capturing a batch failed (%s)", err)
             return None
         self.graphs[name] = graph
+        self.captures += 1
+        self.capture_seconds += time.perf_counter() - started
         logger.debug("captured a CUDA graph for %s (%d kept)", bucket, len(self.graphs))
         return graph
 
 
-def capture(run: Callable[[], Result], device: torch.device, pool: object) -> tuple[torch.cuda.CUDAGraph, Result]:
+def capture(
+    run: Callable[[], Result],
+    device: torch.device,
+    pool: object,
+    *,
+    side: torch.cuda.Stream | None = None,
+    rehearse: bool = True,
+) -> tuple[torch.cuda.CUDAGraph, Result]:
     """``run()`` captured as a CUDA graph into the memory ``pool``: the graph, and the outputs its replays overwrite.
 
-    ``run`` is called once before, on the same side stream, for what it initialises lazily. Not
+    The capture runs on ``side`` (a new stream if ``None``). With ``rehearse``, ``run`` is called once before, on
+    that stream, for what it initialises lazily; a caller that captures on one stream again and again needs that
+    only for its first capture, or for a function that may compile a new shape. Not
     ``torch.cuda.graph()``: that synchronizes the device and empties the allocator's cache before each capture,
     which a server capturing a new shape between requests would pay for in every allocation after. The capture
     is ``thread_local``: other threads of the process (a server's) may use CUDA meanwhile.
@@ -248,12 +274,13 @@ def capture(run: Callable[[], Result], device: torch.device, pool: object) -> tu
         RuntimeError: from torch, where ``run`` launches something a graph cannot hold (a host synchronisation).
     """
     current = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device)
+    side = torch.cuda.Stream(device) if side is None else side
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.stream(side):
-            run()
+            if rehearse:
+                run()
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
             try:
                 outputs = run()

@@ -3,8 +3,14 @@
 A mixin of :class:`~nosink.models.encoder.EncoderFromDecoder` (as :class:`~nosink.models.encoding.TextEncoding` is):
 the graphs themselves (buckets, capture, replay) are :mod:`nosink.models.graphs`'; this module decides when the
 encoder uses them and what they capture: the layer loop over a packed stream, compiled by ``torch.compile`` where the
-encoder compiles (``compile=None``, the default: only this loop, from the first capture on; ``compile=True``: every
-layer call).
+encoder compiles.
+
+With ``compile=None`` (the default) the graphs' layer loop is compiled only where that repays: by
+:meth:`GraphReplay.warm_up` (a server's start-up, or a user who knows a long job is coming), or by a call of
+``encode()`` of at least :data:`COMPILE_REPAID_TEXTS` texts before its first batch. Compiling costs 10-16 s once per
+process and made replays about 1.3x faster (an H100, the Qwen2.5-0.5B and Llama-3.2-1B shapes): it repays after
+300,000-600,000 short texts, so a notebook's, a script's or ``nosink encode``'s call of a few thousand never waits for
+it (``benchmarks/results/cold-start/README.md``). ``compile=True``: every layer call, from the first batch.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from .riding import Rider
 if TYPE_CHECKING:
     from .families import DecoderParts
 
-__all__ = ["GraphReplay"]
+__all__ = ["COMPILE_REPAID_TEXTS", "GraphReplay"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,9 @@ Result = TypeVar("Result")
 # A pooled graph (see GraphReplay._replay_pooled) weighs its tokens with a (rows, tokens) float32 matrix: buckets
 # beyond this many entries (32 MiB; long rows, where the host's launches matter least) run as they are.
 POOLED_MAX = 8 * 1024 * 1024
+# A call of encode() of at least this many texts compiles the graphs' layer loop first (compile=None): see the module
+# docstring.
+COMPILE_REPAID_TEXTS = 500_000
 _RIDDEN = "\x00rider logits"  # a pooled graph's output of a rider's logits (no plan is named so)
 
 
@@ -62,14 +71,15 @@ class GraphReplay:
         self._compile_asked = compile is not None and compile is not False  # then a failure to compile is an error
         if self._compile_asked:
             self.parts.compile_layers({} if compile is True else compile)
-        self._compile_in_graphs = compile is None  # compile the graphs' layer loop at the first capture
+        self._compile_later = compile is None  # the graphs' layer loop compiles where it repays (warm_up)
         self._rider_key: Hashable = None  # the key of the rider the graphs last carried (see _replay_pooled)
         self._riders_broken: Exception | None = None  # a rider's graph failed to capture: no batch carries one now
 
     def warm_up(self) -> bool:
-        """Compile now what the default (``compile=None``) compiles at the first CUDA-graph capture, by running one
-        small batch through the compiled layer loop: a server calls this before it takes requests, so that none of
-        them waits 10-15 s for the compiler.
+        """Compile the layer loop that CUDA graphs capture now, by running one small batch through it: a server calls
+        this before it takes requests, and so may a user before a long job (``encode()`` does it itself for a call
+        of :data:`COMPILE_REPAID_TEXTS` texts or more). With the default ``compile=None`` nothing else compiles it;
+        graphs captured before are dropped, and their buckets are captured again, compiled, at their next batch.
 
         Returns:
             Whether the graphs' layers run compiled. ``False`` at once where no batch replays a graph (CPU, float32,
@@ -77,12 +87,33 @@ class GraphReplay:
             compile (the graphs then replay uncompiled layers).
         """
         device = self.parts.embed_tokens.weight.device
-        if not self._graphs_apply(device, 4) or not self._graph_compiles():
+        if not self._graphs_apply(device, 4):
+            return False
+        if self._compile_later:
+            self._compile_later = False  # one try
+            try:
+                self.parts.compile_layers({}, everywhere=False)
+            except RuntimeError as err:  # torch._dynamo unsupported here
+                logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
+                return False
+            self._graphs = None  # graphs of the uncompiled loop: captured again, compiled, as their buckets come
+        if not self.parts.compiled:
             return False
         ids = torch.zeros(2, 4, dtype=torch.long, device=device)
-        with torch.inference_mode():  # packed, as graphs run: the first sight of a bucket runs as it is
+        with torch.inference_mode():  # a graph of its bucket: compiled in the run before its capture
             self._compiled_or_not(lambda: self(ids, torch.ones_like(ids)))
-        return self.parts._compiled is not None
+        return self.parts.compiled
+
+    def compile_if_repaid(self, texts: int) -> bool:
+        """Before a job of ``texts`` texts: compile the graphs' layer loop (:meth:`warm_up`) if the job repays it (at
+        least :data:`COMPILE_REPAID_TEXTS`) and nothing has decided yet (``compile=None``, not yet compiled).
+
+        Returns:
+            Whether it compiled now.
+        """
+        if not self._compile_later or texts < COMPILE_REPAID_TEXTS:
+            return False
+        return self.warm_up()
 
     def _compiled_or_not(self, run: Callable[[], Result]) -> Result:
         # `run()` with the layers compiled. Where the default's compilation fails, warn, compile no more and run it
@@ -118,7 +149,7 @@ class GraphReplay:
         return self._layer_graphs(device).run(
             tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, self._graph_body(plans, batch.prepend),
             take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
-            window=_window(plans),
+            window=_window(plans), rehearse=self.parts.compiled,
         )  # fmt: skip
 
     def _replay_pooled(
@@ -194,7 +225,7 @@ class GraphReplay:
             key += (_Carrying(rider.key),)
         out = graphs.run(
             key, lengths, ids, body, take=take, window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
-            isolated=rider is not None,
+            isolated=rider is not None, rehearse=self.parts.compiled,
         )  # fmt: skip
         if rider is not None and key in graphs.refused:  # this batch runs as it is, and riders stop here
             self._riders_broken = graphs.refused[key]
@@ -227,22 +258,11 @@ class GraphReplay:
         def body(
             ids: torch.Tensor, positions: torch.Tensor, stream: Packed, extras: dict[str, torch.Tensor]
         ) -> dict[str, torch.Tensor]:
-            if self._graph_compiles():
+            if self.parts.compiled:
                 return self._compiled_or_not(lambda: loop(ids, positions, stream))
             return loop(ids, positions, stream)
 
         return body
-
-    def _graph_compiles(self) -> bool:
-        # Whether the graphs' layer loop runs compiled: with compile=True (or a dict) always; with compile=None (the
-        # default) from the first capture on, where this torch can compile.
-        if self._compile_in_graphs:
-            self._compile_in_graphs = False  # one try
-            try:
-                self.parts.compile_layers({}, everywhere=False)
-            except RuntimeError as err:  # torch._dynamo unsupported here
-                logger.warning("the CUDA graphs' layers run uncompiled: %s", err)
-        return self.parts._compiled is not None
 
     def _graphs_apply(self, device: torch.device, longest: int) -> bool:
         # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see

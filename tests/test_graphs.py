@@ -166,7 +166,7 @@ class _Unrolled:
         self.device, self.keys, self.replays, self.refused, self.forgotten = device, [], 0, {}, 0
         _Unrolled.made.append(self)
 
-    def run(self, key, lengths, ids, body, take, window=None, extras=None, isolated=False):
+    def run(self, key, lengths, ids, body, take, window=None, extras=None, isolated=False, rehearse=False):
         self.keys.append(key)
         graph = _Graph(bucket_of(lengths, window), self.device, extras)
         graph.fill(lengths, ids, extras)
@@ -311,7 +311,7 @@ def cuts(encoder):
 @pytest.mark.parametrize("spec", SPECS)
 def test_replays_equal_the_eager_fast_path(family, spec):
     graphs, eager = encoders(family, spec)
-    for seed in range(4):  # one bucket: captured at its second batch, replayed after
+    for seed in range(4):  # one bucket: captured at its first batch, every batch replayed
         ids, mask = batch(6, 20, seed)
         with torch.inference_mode():
             got = graphs(ids, mask).last_hidden_state
@@ -323,7 +323,7 @@ def test_replays_equal_the_eager_fast_path(family, spec):
         assert graphs._graphs is None
     else:
         assert graphs._graphs is not None and graphs._graphs.broken is None
-        assert graphs._graphs.replays == 3 and len(graphs._graphs.graphs) == 1
+        assert graphs._graphs.replays == 4 and len(graphs._graphs.graphs) == 1
 
 
 @needs_kernel
@@ -337,7 +337,7 @@ def test_replays_with_token_prepending_equal_the_eager_fast_path(family):
         with torch.inference_mode():
             close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
     if not cuts(graphs):
-        assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
+        assert graphs._graphs.replays == 4 and graphs._graphs.broken is None
 
 
 @needs_kernel
@@ -386,13 +386,13 @@ def test_past_the_limit_new_buckets_run_as_they_are(monkeypatch):
     monkeypatch.setattr(module, "LayerGraphs", functools.partial(LayerGraphs, limit=2))
     graphs, eager = encoders("llama", "F*")
     with torch.inference_mode():
-        for seq in (16, 40, 100):  # three buckets, each seen twice: the first two are captured
+        for seq in (16, 40, 100):  # three buckets, each seen twice: the first two are captured at their first
             ids, mask = batch(4, seq, 0)
             mask = torch.ones_like(mask)
             for _ in range(2):
                 close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
     assert [bucket.longest for _, bucket in graphs._graphs.graphs] == [16, 64]
-    assert graphs._graphs.replays == 2
+    assert graphs._graphs.replays == 4
 
 
 def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(monkeypatch):
@@ -407,7 +407,7 @@ def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(mo
             made.append(self)
             self.batches = 0
 
-        def run(self, key, lengths, ids, body, take, window=None):
+        def run(self, key, lengths, ids, body, take, window=None, rehearse=False):
             self.batches += 1
             return None  # "run it as it is"
 
@@ -442,39 +442,102 @@ def test_the_default_compiles_nothing_off_the_graphs(monkeypatch):
     encoder = EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer())
     encoder.encode(["a few words", "and a few more"], show_progress_bar=False)
     assert encoder.warm_up() is False  # no graph replays here: nothing to compile ahead
-    assert encoder.parts._compiled is None
+    assert not encoder.parts.compiled
+    monkeypatch.setattr(encoder, "_graphs_apply", lambda device, longest: True)  # as on a GPU
     monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
-    assert encoder._graph_compiles() is False and encoder._graph_compiles() is False  # tried once
-    assert encoder.parts._compiled is None
+    assert encoder.warm_up() is False and encoder.warm_up() is False  # tried once
+    assert not encoder.parts.compiled
     with pytest.raises(RuntimeError, match=r"torch\.compile is not available"):  # asked for: an error
         EncoderFromDecoder(tiny_decoder("llama"), "F*", compile=True)
 
 
+def test_only_a_call_that_repays_it_compiles_the_graphs_loop(monkeypatch):
+    # encode() asks before its first batch; warm_up() (which compiles where graphs apply) only for a call of
+    # COMPILE_REPAID_TEXTS texts or more (prompts counted), once, and never with compile=False or compile=True.
+    import nosink.models.replaying as module
+
+    monkeypatch.setattr(module, "COMPILE_REPAID_TEXTS", 6)
+    encoders = {
+        option: EncoderFromDecoder(tiny_decoder("llama"), "F* | M0B*2", tiny_tokenizer(), compile=option)
+        for option in (None, False)
+    }
+    calls = {option: [] for option in encoders}
+    for option, encoder in encoders.items():
+        monkeypatch.setattr(encoder, "warm_up", lambda option=option: calls[option].append(1) or True)
+        encoder.encode(["a few words"] * 5, show_progress_bar=False)
+        assert calls[option] == []  # 5 texts: under the bound
+        encoder.encode(["a few words"] * 3, template="PromptEOL", show_progress_bar=False)
+        assert calls[option] == []
+    encoders[None].encode(["a few words"] * 6, show_progress_bar=False)
+    assert calls[None] == [1] and encoders[None].compile_if_repaid(10**9) is True  # the stand-in says compiled
+    encoders[False].encode(["a few words"] * 6, show_progress_bar=False)
+    assert calls[False] == [] and encoders[False].compile_if_repaid(10**9) is False
+    encoder = encoders[None]
+    encoder._compile_later = False  # what warm_up sets once it has tried
+    assert encoder.compile_if_repaid(10**9) is False and calls[None] == [1, 1]
+
+
+def test_a_capture_rehearses_first_only_where_it_must(monkeypatch):
+    # Off CUDA, with torch's capture replaced by a recorder: a bucket is captured at its first batch; the function
+    # runs before the capture at the graphs' first capture, for a compiled function (rehearse=True), and again where
+    # a capture without it failed; a capture that fails rehearsed too turns the graphs off.
+    import nosink.models.graphs as module
+
+    captured, failing = [], set()
+
+    class Replayable:
+        def replay(self):
+            pass
+
+    def capture(run, device, pool, *, side=None, rehearse=True):
+        captured.append(rehearse)
+        if (len(captured) in failing) or ("always" in failing):
+            raise RuntimeError("not capturable")
+        return Replayable(), run()
+
+    monkeypatch.setattr(module, "capture", capture)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: object())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    graphs = LayerGraphs(torch.device("cpu"))
+
+    def body(ids, positions, stream, extras):
+        return {"x": ids.float()}
+
+    def run(n, **kwargs):
+        return graphs.run("k", [n], torch.zeros(1, n, dtype=torch.long), body, take=lambda out: out, **kwargs)
+
+    assert run(4) is not None and captured == [True]  # the first capture: rehearsed
+    assert run(4) is not None and captured == [True]  # replayed: no capture
+    assert run(100) is not None and captured == [True, False]  # a new bucket, at its first batch
+    assert run(300, rehearse=True) is not None and captured == [True, False, True]
+    failing.add(4)
+    assert run(600) is not None and captured == [True, False, True, False, True]  # failed, then rehearsed
+    assert graphs.broken is None and len(graphs.graphs) == 4 and graphs.replays == 5 and graphs.captures == 4
+    failing.add("always")
+    assert run(1200) is None and isinstance(graphs.broken, RuntimeError)  # both tries failed: graphs off
+    assert captured[-2:] == [False, True] and run(4) is None  # off for every bucket now
+
+
 @needs_kernel
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2", "olmo2"])  # not gemma3: its window cuts these rows
-def test_the_default_replays_compiled_layers(family, fresh_dynamo):
+def test_the_default_replays_compiled_layers_after_warm_up(family, fresh_dynamo):
     graphs, eager = encoders(family, "F* | M0B*2", compile=None)
-    for seed in range(4):
-        ids, mask = batch(6, 20, seed)
-        with torch.inference_mode():
-            got = graphs(ids, mask).last_hidden_state
-            want = eager(ids, mask).last_hidden_state
-        close(got, want, mask, tol=COMPILED_TOL)
-    assert graphs.parts._compiled is not None and not graphs.parts._compiled_everywhere
+
+    def four() -> None:
+        for seed in range(4):
+            ids, mask = batch(6, 20, seed)
+            with torch.inference_mode():
+                close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask, tol=COMPILED_TOL)
+
+    four()
+    assert not graphs.parts.compiled and graphs._graphs.replays == 4  # a short job: uncompiled graphs, no compiler
+    uncompiled = graphs._graphs
+    assert graphs.warm_up() is True and graphs.parts.compiled and not graphs.parts._compiled_everywhere
+    assert graphs._graphs is not uncompiled and graphs.graph_counts() == {"graphs": 1, "graph_replays": 1}
+    four()  # captured again, compiled
     assert eager.parts._compiled is None  # an encoder that replays no graph compiles nothing
-    assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
-
-
-@needs_kernel
-def test_warm_up_compiles_before_the_first_capture(fresh_dynamo):
-    graphs, eager = encoders("llama", "F* | M0B*2", compile=None)
-    assert graphs.warm_up() is True and graphs.parts._compiled is not None
-    assert graphs.graph_counts()["graphs"] == 0  # it ran one batch as it is: no graph yet
-    for seed in range(4):
-        ids, mask = batch(6, 20, seed)
-        with torch.inference_mode():
-            close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask, tol=COMPILED_TOL)
-    assert graphs._graphs.replays == 3 and graphs._graphs.broken is None
+    assert graphs._graphs.replays == 5 and graphs._graphs.broken is None
     assert EncoderFromDecoder.from_model(eager.decoder, "F*", compile=False).warm_up() is False
 
 
@@ -487,12 +550,13 @@ def test_a_failed_compilation_leaves_the_graphs_uncompiled(monkeypatch, fresh_dy
     compile_layers = graphs.parts.compile_layers
     monkeypatch.setattr(graphs.parts, "compile_layers", lambda options, everywhere=True: compile_layers(
         {"backend": broken}, everywhere))  # fmt: skip
+    assert graphs.warm_up() is False
     for seed in range(4):
         ids, mask = batch(6, 20, seed)
         with torch.inference_mode():
             close(graphs(ids, mask).last_hidden_state, eager(ids, mask).last_hidden_state, mask)
     assert "the CUDA graphs' layers run uncompiled" in caplog.text and "no compiler here" in caplog.text
-    assert graphs.parts._compiled is None and graphs._graphs.replays == 3 and graphs._graphs.broken is None
+    assert not graphs.parts.compiled and graphs._graphs.replays == 5 and graphs._graphs.broken is None
 
 
 # ---------------------------------------------------------------- encode(): graphs that pool
