@@ -7,10 +7,11 @@ tokenizer, over the same texts (6-40 words, about 29 Qwen2.5 tokens each), at on
 - stock: ``AutoModel`` on the tokenizer's padded batches, mean-pooled by hand, texts sorted by length as the
   other two sort them;
 - sentence-transformers: the same model saved to a folder and loaded as a ``SentenceTransformer`` (mean pooling);
-- nosink ``encode()`` for each spec, with CUDA graphs (the default: the graphs' layer loop compiled) and without
-  (``cuda_graphs=False``); for ``F*`` also graphs of uncompiled layers (``compile=False``).
+- nosink ``encode()`` for each spec, with CUDA graphs (the default: of the uncompiled layer loop, since a call of
+  these texts does not repay compiling it) and without (``cuda_graphs=False``); for ``F*`` also ``compile=False``;
+  with ``--warm-up`` also each spec after ``encoder.warm_up()`` (the graphs' layer loop compiled).
 
-Each row is the median of ``--repeats`` passes after two warm-up passes (graphs are captured in the second),
+Each row is the median of ``--repeats`` passes after two warm-up passes (graphs are captured in the first),
 rows interleaved pass by pass so that a slow spell of the machine hits each alike, and the order of the rows
 turned by one each round (the row right after the stock rows ran 7-14% slow on an H200: see
 ``results/texts-gpu-final/``), so that with a multiple of the row count as ``--repeats`` each row runs in every
@@ -79,6 +80,7 @@ def main() -> None:
     p.add_argument("--specs", nargs="*", default=None, help="default: every spec kind at half the depth")
     p.add_argument("--no-st", action="store_true", help="leave sentence-transformers out")
     p.add_argument("--no-eager", action="store_true", help="leave out the runs without graphs or uncompiled")
+    p.add_argument("--warm-up", action="store_true", help="also each spec after encoder.warm_up() (compiled graphs)")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args()
     from transformers import AutoTokenizer
@@ -103,13 +105,18 @@ def main() -> None:
             variants[", cuda_graphs=False"] = {"cuda_graphs": False}
         if spec == "F*" and not args.no_eager:  # the default compiles the graphs' layer loop: what that gives
             variants[", compile=False"] = {"compile": False}
+        if args.warm_up:
+            variants[", after warm_up()"] = {"warm_up": True}
         for suffix, options in variants.items():
+            warm = options.pop("warm_up", False)
             encoder = EncoderFromDecoder(model, spec, tokenizer, **options)
+            if warm:
+                encoder.warm_up()
             name = f"nosink `{spec}`{suffix}"
             encoders[name] = encoder
             runs[name] = lambda encoder=encoder: encoder.encode(texts, batch_size=args.batch, show_progress_bar=False)
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(2):  # warm-up: kernels chosen; graphs captured (a bucket at its second batch)
+    for _ in range(2):  # warm-up: kernels chosen; graphs captured (a bucket at its first batch)
         for fn in runs.values():
             fn()
     names = list(runs)
