@@ -98,16 +98,16 @@ class EncoderFromDecoder(TextEncoding, GraphReplay, nn.Module):
             padding; ``False``: never.
         compile: ``torch.compile`` the decoder layers (``True``, or a dict of its keyword arguments); layers
             of one class share one graph, so the first batches are slow once per layer type and mask path.
-            ``None`` (default): only the layer loop that CUDA graphs capture (see ``cuda_graphs``) runs compiled,
-            compiled at the first capture (about 10-15 s once), and uncompiled with a warning where torch cannot
-            compile; batches that replay no graph (CPU, float32, long rows, one-off shapes) never compile.
-            ``False``: never.
+            ``None`` (default): only the layer loop that CUDA graphs capture (see ``cuda_graphs``) may run
+            compiled, and only where that repays its 10-16 s once per process: after :meth:`warm_up` (a server's
+            start-up) or from a call of ``encode()`` of at least 500,000 texts on (see
+            :mod:`nosink.models.replaying`); uncompiled with a warning where torch cannot compile. ``False``: never.
         cuda_graphs: replay packed batches through CUDA graphs of the whole layer loop (:mod:`nosink.models.graphs`):
             one launch per batch instead of one per kernel, the same results to rounding. ``True`` (default):
             wherever it applies: on the fast path on CUDA in float16 or bfloat16, for batches of
             rows up to 1,024 tokens (these then run packed, unless ``pack_padding=False``), under ``torch.no_grad``
-            or ``inference_mode`` (as in :meth:`encode`); a shape is captured at its second batch, and moved or cast
-            weights get graphs of their own. ``False``: never.
+            or ``inference_mode`` (as in :meth:`encode`); a shape is captured at its first batch (the capture costs
+            about what running that batch costs), and moved or cast weights get graphs of their own. ``False``: never.
         exit_layer: an early exit: run only the decoder's first ``exit_layer`` layers (1 to its depth)
             and read the embedding there, as if the decoder had been cut after layer ``exit_layer``; the
             spec is resolved against those layers (``F* | M0B*4`` with ``exit_layer=20`` converts

@@ -152,8 +152,8 @@ class Engine:
     # -- called from other threads
 
     def start(self) -> None:
-        """Compile what the encoder's first CUDA-graph capture would (:meth:`EncoderFromDecoder.warm_up`: on a GPU,
-        10-15 s once, so that no request waits for it) and, with ``chat_compile``, the chats' decode steps (minutes,
+        """Compile the layer loop that the encoder's CUDA graphs capture (:meth:`EncoderFromDecoder.warm_up`: on a GPU,
+        10-16 s once; a server's work repays it) and, with ``chat_compile``, the chats' decode steps (minutes,
         with any LoRA adapter off, as chat runs), then start the engine's thread. Once started, nothing more."""
         if self.thread.ident is not None:
             return
