@@ -130,7 +130,7 @@ def main() -> None:
     print(f"\n{args.arch} shape, `{spec}`, random bf16 weights, on {torch.cuda.get_device_name()} (torch "
           f"{torch.__version__}, transformers {transformers.__version__}); batch {args.batch}; a fresh process "
           f"per row, {args.runs} run(s) each, [min - max] over runs\n")  # fmt: skip
-    print("| texts | run | process start to first vectors | load (from start) | first call | second call "
+    print("| texts | tool | process start to first vectors | load (from start) | first call | second call "
           "| second / first | graphs |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
 
