@@ -7,7 +7,7 @@ set -uo pipefail
 source benchmarks/results/device-setup.sh
 old_package
 t0=$SECONDS
-left() { echo $((590 - SECONDS + t0)); }
+left() { echo $((${BUDGET:-480} - SECONDS + t0)); }
 timeout 120 python3 -P -m pytest -q -p no:cacheprovider -x tests/test_graphs.py 2>&1 | tail -8 | tee "$OUT/call3-tests.txt"
 echo "tests: $((SECONDS - t0)) s"
 timeout $(left) python3 -P benchmarks/bench_cold_start.py --arch qwen2.5-0.5b --tokenizer .gpu/tok \
