@@ -355,3 +355,22 @@ def test_a_prepending_server_serves_what_encode_gives_and_chat_is_untouched(tmp_
     EncoderFromDecoder(lm, "F* | B", tok, prepend=2).save_pretrained(tmp_path / "enc")
     assert main(["serve", str(tmp_path / "enc"), "--port", str(_free_port()), "--no-chat"]) == 0
     assert cli_apps[-1].state.encoder.prepend == (1, 3)
+
+
+def test_a_spec_over_a_saved_encoder_keeps_what_it_does_not_state():
+    # `nosink serve FOLDER --spec X` serves what from_pretrained(FOLDER, spec=X) and `nosink encode FOLDER --spec X`
+    # load: the folder's exit layer and template unless the configuration states its own (@ template none: none).
+    from nosink.cli.serve import _config, configs
+    from nosink.models.saved import template_to_json
+
+    saved = {"spec": "F*", "exit_layer": 3, "template": template_to_json(PROMPT_EOL)}
+    given = [_config("F* | B*2"), _config("a=F* | B*2 @ exit 2"), _config("b=F* @ template none"), _config("c=F*")]
+    served = configs(given, saved, "m")
+    assert served == {
+        "m": Config("F* | B*2", 3, PROMPT_EOL),
+        "a": Config("F* | B*2", 2, PROMPT_EOL),
+        "b": Config("F*", 3, None),
+        "c": Config("F*", 3, PROMPT_EOL),
+    }
+    assert configs(given[:1], None, "m") == {"m": Config("F* | B*2")}  # a plain decoder: nothing to keep
+    assert configs(None, saved, "m") == {"m": Config("F*", 3, PROMPT_EOL)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 from nosink.checks import count_arg, printable
@@ -95,19 +96,24 @@ def _arguments(p: Parser) -> None:
                    help="open connections in all, more are refused with 503")  # fmt: skip
 
 
-def _config(text: str) -> tuple[str | None, Any]:
-    """An argparse ``type`` for ``--spec``: ``(NAME or None, Config)`` of ``[NAME=]SPEC[ @ exit M][ @ template T]``."""
-    from nosink.serve.configs import parse_config
+def _config(text: str) -> tuple[str | None, Any, frozenset[str]]:
+    """An argparse ``type`` for ``--spec``: ``(NAME or None, Config, what it states of exit and template)`` of
+    ``[NAME=]SPEC[ @ exit M][ @ template T]``."""
+    from nosink.serve.configs import parse_config_stating
 
     try:
-        return parse_config(text)
+        return parse_config_stating(text)
     except ValueError as err:  # SpecError is one: its caret lines are kept in one message
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def configs(given: list[tuple[str | None, Any]] | None, saved: dict[str, Any] | None, model: str) -> dict[str, Any]:
+def configs(
+    given: list[tuple[str | None, Any, frozenset[str]]] | None, saved: dict[str, Any] | None, model: str
+) -> dict[str, Any]:
     """``{model id: Config}`` served by ``nosink serve``: the ``--spec`` values, else the saved encoder's spec, exit
-    layer and template.
+    layer and template. Over a saved encoder a ``--spec`` keeps the encoder's exit layer and template where it
+    states none of its own (``@ exit M``, ``@ template T``; ``@ template none`` for none), as
+    ``from_pretrained(FOLDER, spec=...)`` and ``nosink encode FOLDER --spec ...`` do.
 
     Raises:
         ValueError: for two configurations without a name, or one name given twice.
@@ -118,15 +124,20 @@ def configs(given: list[tuple[str | None, Any]] | None, saved: dict[str, Any] | 
     if not given:
         assert saved is not None  # saved_encoder() refused a plain decoder without --spec
         return {model: Config(saved["spec"], saved.get("exit_layer"), template_from_json(saved.get("template")))}
-    unnamed = [config for name, config in given if name is None]
+    unnamed = [config for name, config, _ in given if name is None]
     if len(unnamed) > 1:
         raise ValueError(
             f"{len(unnamed)} --spec values have no name; one may be served under the model's id, name the others: "
             "--spec 'NAME=SPEC'"
         )
     out: dict[str, Any] = {}
-    for name, config in given:
+    for name, config, stated in given:
         key = model if name is None else name
+        if saved is not None:  # what the configuration leaves out is the saved encoder's
+            if "exit" not in stated:
+                config = replace(config, exit_layer=saved.get("exit_layer"))
+            if "template" not in stated:
+                config = replace(config, template=template_from_json(saved.get("template")))
         if key in out:
             why = " (the model's id, which a --spec without NAME takes)" if key == model else ""
             raise ValueError(f"--spec names {key!r} twice{why}: give each configuration its own name")

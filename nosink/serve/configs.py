@@ -74,6 +74,19 @@ def parse_config(text: str) -> tuple[str | None, Config]:
         ValueError: naming what is wrong and showing the syntax (a :class:`SpecError` for a malformed spec).
         TypeError: if ``text`` is not a string.
     """
+    name, config, _ = parse_config_stating(text)
+    return name, config
+
+
+def parse_config_stating(text: str) -> tuple[str | None, Config, frozenset[str]]:
+    """:func:`parse_config`'s ``(name, configuration)`` and which of ``exit`` and ``template`` the text states (a
+    configuration over a saved encoder keeps the encoder's own for what it leaves out; ``@ template none`` states
+    no template).
+
+    Raises:
+        ValueError: as :func:`parse_config`.
+        TypeError: as :func:`parse_config`.
+    """
     if not isinstance(text, str):
         raise TypeError(f"a configuration is a string {SYNTAX}, got {type(text).__name__}")
     shown = printable(repr(text))
@@ -106,7 +119,7 @@ def parse_config(text: str) -> tuple[str | None, Config]:
         exit_layer = int(options["exit"])
     try:
         template = as_template(options["template"]) if "template" in options else None
-        return name, Config(head.strip(), exit_layer, template)
+        return name, Config(head.strip(), exit_layer, template), frozenset(options)
     except SpecError:
         raise  # its message shows the spec, with a caret under the column
     except ValueError as err:
