@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -128,7 +129,9 @@ def test_classification_retrieval_and_ner_files(tmp_path, model):
     ("task", "content", "said"),
     [
         ("sts", "a\tb\tscore\nx\ty\t1\n", "lacks sentence1, sentence2; the first line must name"),
-        ("sts", "sentence1\tsentence2\tscore\nx\ty\thigh\n", "row 1: the score 'high' is not a number"),
+        ("sts", "sentence1\tsentence2\tscore\nx\ty\thigh\n", "row 1: the score 'high' is not a finite number"),
+        ("sts", "sentence1\tsentence2\tscore\nx\ty\tnan\n", "row 1: the score 'nan' is not a finite number"),
+        ("sts", "sentence1\tsentence2\tscore\nx\ty\t1e999\n", "row 1: the score '1e999' is not a finite number"),
         ("sts", "sentence1\tsentence2\tscore\nx\t\t1\n", ":2: an empty or missing sentence1 or sentence2 or score"),
         ("classification", "text,label\nx,a\ny,b\n", "every label needs at least 2"),
     ],
@@ -139,6 +142,28 @@ def test_bad_files_are_clear_errors_before_the_model_loads(tmp_path, task, conte
     argv = ["tune", "no-such-model", "--task", task, "--data", str(data), "--out", str(tmp_path / "o")]
     assert main(argv) == 1
     assert said in capsys.readouterr().err
+
+
+def test_a_tsv_is_read_without_quoting_and_jsonl_values_must_be_of_their_type(tmp_path):
+    # STS-B's own dev file has a sentence that starts with '"' (line 766): it must not swallow the tabs after it.
+    rows = ['" the grass family is large\ta grass\t2.5'] + [f"s{i}\tt{i}\t{i % 5}" for i in range(9)]
+    data = tmp_path / "d.tsv"
+    data.write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n")
+    task = userdata.load_user_task("sts", data)
+    pairs = task.choose + task.report
+    assert ('" the grass family is large', "a grass", 2.5) in pairs and len(pairs) == 10
+    for line, said in [
+        ('{"sentence1": "a", "sentence2": "b", "score": true}', "the score True is not a finite number"),
+        ('{"sentence1": null, "sentence2": "b", "score": 1}', "sentence1 is None, not a string of text"),
+        ('{"sentence1": "a", "sentence2": ["b"], "score": 1}', "sentence2 is ['b'], not a string of text"),
+    ]:
+        data = tmp_path / "d.jsonl"
+        data.write_text(line + "\n")
+        with pytest.raises(ValueError, match=re.escape(said)):
+            userdata.load_user_task("sts", data)
+    data.write_text('{"text": "a", "label": null}\n')
+    with pytest.raises(ValueError, match="the label None is not a string, an integer or a boolean"):
+        userdata.load_user_task("classification", data)
 
 
 def test_missing_data_and_wrong_suffix(tmp_path):

@@ -20,6 +20,7 @@ What ``--data`` holds, per task:
 from __future__ import annotations
 
 import csv
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,9 @@ def _rows(path: Path, columns: Sequence[str]) -> list[dict[str, Any]]:
     if suffix not in (".tsv", ".csv"):
         raise ValueError(f"{where}: expected a .tsv, .csv or .jsonl file, got {suffix or 'no suffix'}")
     with path.open(encoding="utf-8-sig", newline="") as f:
-        reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",", quoting=csv.QUOTE_MINIMAL)
+        # A .tsv has no quoting (STS-B's own files hold fields that start with '"'); a .csv has CSV's.
+        tsv = suffix == ".tsv"
+        reader = csv.DictReader(f, delimiter="\t" if tsv else ",", quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(
@@ -78,16 +81,29 @@ def _rows(path: Path, columns: Sequence[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _text(path: Path, n: int, row: dict[str, Any], column: str) -> str:
+    """``row[column]`` if it is a string (a .jsonl's ``null``, number or list is refused, not turned into text)."""
+    value = row[column]
+    if not isinstance(value, str):
+        raise ValueError(f"{printable(str(path))}: row {n}: {column} is {printable(repr(value))}, not a string of text")
+    return value
+
+
 def _sts(path: Path, seed: int) -> STSTask:
     pairs = []
     for n, row in enumerate(_rows(path, ("sentence1", "sentence2", "score")), 1):
+        value = row["score"]
         try:
-            score = float(row["score"])
-        except (TypeError, ValueError):
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise TypeError
+            score = float(value)
+        except (TypeError, ValueError, OverflowError):
+            score = math.nan
+        if not math.isfinite(score):  # nan, inf and 1e999 (inf once read) would rank every candidate wrongly
             raise ValueError(
-                f"{printable(str(path))}: row {n}: the score {printable(repr(row['score']))} is not a number"
-            ) from None
-        pairs.append((str(row["sentence1"]), str(row["sentence2"]), score))
+                f"{printable(str(path))}: row {n}: the score {printable(repr(value))} is not a finite number"
+            )
+        pairs.append((_text(path, n, row, "sentence1"), _text(path, n, row, "sentence2"), score))
     if len(pairs) < 8:
         raise ValueError(
             f"{printable(str(path))}: {len(pairs)} pairs; tuning needs at least 8 (4 to choose, 4 to report)"
@@ -97,7 +113,15 @@ def _sts(path: Path, seed: int) -> STSTask:
 
 
 def _classification(path: Path, seed: int) -> ClassificationTask:
-    items = [(str(r["text"]), str(r["label"])) for r in _rows(path, ("text", "label"))]
+    items = []
+    for n, row in enumerate(_rows(path, ("text", "label")), 1):
+        label = row["label"]
+        if not isinstance(label, (str, int)):  # a .jsonl's null, list or float (true/false are labels)
+            raise ValueError(
+                f"{printable(str(path))}: row {n}: the label {printable(repr(label))} is not a string, an integer "
+                "or a boolean"
+            )
+        items.append((_text(path, n, row, "text"), str(label)))
     train, test = stats.holdout(items, [y for _, y in items], 0.5, seed)
     if not test:
         raise ValueError(f"{printable(str(path))}: {len(items)} items; every label needs at least 2 to report on half")
