@@ -169,6 +169,15 @@ def test_finetune_writes_a_folder_that_from_pretrained_loads_with_the_base_uncha
         tuned.save_pretrained(tmp_path / "elsewhere")
 
 
+def test_a_diverging_run_fails_and_writes_no_folder(base, texts_file, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(
+        FloatingPointError, match=r"training diverged at step \d+: .*smaller --lr \(this run's: 1e\+30\)"
+    ):
+        finetune(base, SPEC, texts_file, out, options(learning_rate=1e30, steps=6, checkpoint_every=10))
+    assert not (out / "nosink.json").exists() and not (out / "checkpoint").exists()
+
+
 def test_copy_base_makes_the_folder_self_contained(base, texts_file, tmp_path):
     finetune(base, SPEC, texts_file, tmp_path / "out", options(steps=1), copy_base=True)
     meta = json.loads((tmp_path / "out" / "nosink.json").read_text())

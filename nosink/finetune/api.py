@@ -86,6 +86,7 @@ def finetune(
         SpecError: if the spec is malformed or does not fit the model (before any weights load).
         OSError: as :meth:`EncoderFromDecoder.from_pretrained` for the model.
         ImportError: without peft (``pip install "nosink[finetune]"``).
+        FloatingPointError: if training diverges (a loss or an adapter weight not finite); no folder is written.
     """
     options = options or FinetuneOptions()
     check_sink_token(sink_token)

@@ -58,6 +58,8 @@ def train(
     Raises:
         ValueError: if the checkpoint was written with other options or data.
         FileNotFoundError: with ``resume`` and no checkpoint.
+        FloatingPointError: when a step's loss, or the adapter's weights after it, are not finite (nothing of that
+            step is written).
     """
     params = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=options.learning_rate, weight_decay=0.0)
@@ -101,11 +103,15 @@ def train(
                                 encoder, head, items, mask_id=mask_id, probability=options.mask_probability,
                                 instruction=options.instruction, max_length=options.max_length,
                             )  # fmt: skip
+                if not torch.isfinite(loss):
+                    raise _diverged(out, state, f"its loss is {loss.item()}", options)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, options.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
+                if not all(bool(torch.isfinite(p).all()) for p in params):  # the adapter only: a few small tensors
+                    raise _diverged(out, state, "it made the adapter's weights non-finite", options)
                 state.step += 1
                 state.seconds += time.perf_counter() - start
                 state.losses.append(loss.item())
@@ -118,6 +124,16 @@ def train(
         encoder.train(was_training)
     logger.info("trained %d steps in %.0f s", state.step, state.seconds)
     return TrainResult(state.step, state.seconds, list(state.losses))
+
+
+def _diverged(out: Path, state: Checkpoint, what: str, options: FinetuneOptions) -> FloatingPointError:
+    """The error of a step that diverged; nothing of it is written (the checkpoint in ``out`` is the last good one)."""
+    written = state.step - state.step % options.checkpoint_every  # the last checkpoint's step (every N steps)
+    kept = f"the checkpoint in {out} holds step {written}" if written else "no checkpoint was written"
+    return FloatingPointError(
+        f"training diverged at step {state.step + 1}: {what}; {kept}. Train again with a smaller --lr "
+        f"(this run's: {options.learning_rate:g})"
+    )
 
 
 def _autocast(encoder: EncoderFromDecoder, dtype: str | None) -> torch.autocast:
