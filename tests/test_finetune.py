@@ -169,6 +169,14 @@ def test_finetune_writes_a_folder_that_from_pretrained_loads_with_the_base_uncha
         tuned.save_pretrained(tmp_path / "elsewhere")
 
 
+def test_a_contrastive_objective_refuses_batches_of_one(base, tmp_path):
+    data = tmp_path / "one.txt"
+    data.write_text("one line only\n")  # batches shrink to the file's size: no negative would be left
+    with pytest.raises(ValueError, match=r"simcse learns from the other items of a batch as negatives"):
+        finetune(base, SPEC, data, tmp_path / "out", options())
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_diverging_run_fails_and_writes_no_folder(base, texts_file, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(

@@ -81,8 +81,8 @@ def finetune(
     Raises:
         FileNotFoundError: if ``data`` is missing, or ``resume`` finds no checkpoint.
         FileExistsError: if ``out`` is a file, or a non-empty folder and ``resume`` is not given.
-        ValueError: for bad options, an empty data file, a malformed pairs file, a checkpoint of other
-            options or data, or ``model`` being a saved encoder (give its decoder).
+        ValueError: for bad options, an empty data file, a contrastive objective with batches of one item, a
+            malformed pairs file, a checkpoint of other options or data, or ``model`` being a saved encoder (give its decoder).
         SpecError: if the spec is malformed or does not fit the model (before any weights load).
         OSError: as :meth:`EncoderFromDecoder.from_pretrained` for the model.
         ImportError: without peft (``pip install "nosink[finetune]"``).
@@ -92,6 +92,13 @@ def finetune(
     check_sink_token(sink_token)
     spec = as_spec(spec)
     training = read_data(data, pairs="mnrl" in options.objectives)
+    contrastive = [o for o in options.objectives if o in ("simcse", "mnrl")]
+    if contrastive and min(options.batch_size, len(training)) < 2:  # a batch of one has no negative: loss 0
+        raise ValueError(
+            f"{contrastive[0]} learns from the other items of a batch as negatives, and a batch here would hold one "
+            f"({len(training)} item(s) in {printable(training.source)}, batch size {options.batch_size}): give at "
+            "least 2 items and a batch size of at least 2"
+        )
     out = Path(os.path.abspath(os.path.expanduser(os.fspath(out))))
     _check_out(out, resume)
     source = resolve_model(model)
