@@ -82,7 +82,8 @@ def finetune(
         FileNotFoundError: if ``data`` is missing, or ``resume`` finds no checkpoint.
         FileExistsError: if ``out`` is a file, or a non-empty folder and ``resume`` is not given.
         ValueError: for bad options, an empty data file, a contrastive objective with batches of one item, a
-            malformed pairs file, a checkpoint of other options or data, or ``model`` being a saved encoder (give its decoder).
+            malformed pairs file, a checkpoint of other options or data, or ``model`` being a saved encoder (give
+            its decoder).
         SpecError: if the spec is malformed or does not fit the model (before any weights load).
         OSError: as :meth:`EncoderFromDecoder.from_pretrained` for the model.
         ImportError: without peft (``pip install "nosink[finetune]"``).
