@@ -3,6 +3,7 @@ loads back to the same vectors, the base weights stay shared and unchanged, step
 
 import http.client
 import json
+import shutil
 
 import pytest
 import torch
@@ -312,6 +313,19 @@ def test_resume_continues_where_the_run_stopped(base, texts_file, tmp_path):
         torch.testing.assert_close(a[key], b[key], atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="other options or data"):
         finetune(base, SPEC, texts_file, tmp_path / "b", options(steps=8, seed=5), resume=True)
+
+
+def test_resume_refuses_another_spec_or_base_before_loading_anything(base, texts_file, tmp_path):
+    finetune(base, SPEC, texts_file, tmp_path / "b", options(steps=2, objectives=("mntp", "simcse")))
+    nosink_json = (tmp_path / "b" / "nosink.json").read_text()
+    again = options(steps=4, objectives=("mntp", "simcse"))
+    with pytest.raises(ValueError, match=r"written by a run of .*'spec': 'F\* \| B\*2'.*resume with the same model"):
+        finetune(base, "F* | B*2", texts_file, tmp_path / "b", again, resume=True)
+    other = tmp_path / "other-base"
+    shutil.copytree(base, other)  # the same shape and weights, another model as far as the run can tell
+    with pytest.raises(ValueError, match=r"written by a run of .*resume with the same model and spec"):
+        finetune(other, SPEC, texts_file, tmp_path / "b", again, resume=True)
+    assert (tmp_path / "b" / "nosink.json").read_text() == nosink_json  # refused runs rewrite nothing
 
 
 def test_a_minutes_budget_stops_the_run(base, texts_file, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ class Checkpoint:
     losses: list[float]
     options: dict[str, Any]
     data: str  # the training file's sha256
+    run: dict[str, Any]  # what else the run trained: the spec and the base model (see loop.train)
 
 
 def write_checkpoint(
@@ -54,7 +56,7 @@ def write_checkpoint(
         partial / _STATE,
     )
     meta = {"step": state.step, "seconds": state.seconds, "losses": state.losses, "options": state.options,
-            "data": state.data}  # fmt: skip
+            "data": state.data, "run": state.run}  # fmt: skip
     (partial / _META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     old = out / f".{CHECKPOINT}.old"
     shutil.rmtree(old, ignore_errors=True)
@@ -64,8 +66,11 @@ def write_checkpoint(
     shutil.rmtree(old, ignore_errors=True)
 
 
-def read_checkpoint(out: Path, decoder: nn.Module, optimizer: Any, scheduler: Any) -> Checkpoint:
-    """Load the checkpoint of ``out`` into the adapter of ``decoder``, the optimizer, the scheduler and the RNGs.
+def read_checkpoint(
+    out: Path, decoder: nn.Module, optimizer: Any, scheduler: Any, check: Callable[[Checkpoint], None]
+) -> Checkpoint:
+    """Load the checkpoint of ``out`` into the adapter of ``decoder``, the optimizer, the scheduler and the RNGs,
+    once ``check`` has accepted what it says of its run (it raises to refuse it: nothing is loaded then).
 
     Raises:
         FileNotFoundError: if ``out`` holds no checkpoint.
@@ -83,8 +88,11 @@ def read_checkpoint(out: Path, decoder: nn.Module, optimizer: Any, scheduler: An
         adapter = load_file(str(folder / "adapter_model.safetensors"))
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise OSError(f"the checkpoint in {printable(str(folder))} does not read: {printable(str(err))}") from None
+    run = meta.get("run", {})  # {} in a checkpoint of an earlier nosink: no run resumes it
+    state = Checkpoint(meta["step"], meta["seconds"], meta["losses"], meta["options"], meta["data"], run)
+    check(state)  # before any tensor is loaded: another run's optimizer state would fail inside torch
     peft.set_peft_model_state_dict(decoder, adapter)
     optimizer.load_state_dict(blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
     torch.set_rng_state(blob["torch_rng"])
-    return Checkpoint(meta["step"], meta["seconds"], meta["losses"], meta["options"], meta["data"])
+    return state

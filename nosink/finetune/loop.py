@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,14 +66,24 @@ def train(
     optimizer = torch.optim.AdamW(params, lr=options.learning_rate, weight_decay=0.0)
     warmup = options.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
-    state = Checkpoint(0, 0.0, [], options.resumable(), data.digest)
+    name = encoder.name_or_path  # the base: a folder by its absolute path, a hub id as it is
+    run = {"spec": str(encoder.spec), "model": os.path.abspath(name) if os.path.isdir(name) else name}
+    state = Checkpoint(0, 0.0, [], options.resumable(), data.digest, run)
     if resume:
-        state = read_checkpoint(out, encoder.decoder, optimizer, scheduler)
-        if state.options != options.resumable() or state.data != data.digest:
-            raise ValueError(
-                f"the checkpoint in {out} was written with other options or data; resume with the same ones "
-                f"(it has {state.options})"
-            )
+
+        def check(saved: Checkpoint) -> None:
+            if saved.run != run:
+                raise ValueError(
+                    f"the checkpoint in {out} was written by a run of {saved.run or 'an earlier nosink (unrecorded)'}; "
+                    f"this one is of {run}: resume with the same model and spec, or train into a new folder"
+                )
+            if saved.options != options.resumable() or saved.data != data.digest:
+                raise ValueError(
+                    f"the checkpoint in {out} was written with other options or data; resume with the same ones "
+                    f"(it has {saved.options})"
+                )
+
+        state = read_checkpoint(out, encoder.decoder, optimizer, scheduler, check)
         state.options = options.resumable()
     else:
         torch.manual_seed(options.seed)
