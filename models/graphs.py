@@ -13,18 +13,16 @@ pooled graphs' row of each token and its weight in its row's vector, see ``model
 rows attend only among themselves and their outputs are dropped. Buckets keep the stream within an eighth
 above the batch's tokens.
 
-A bucket is captured at its first batch, which the capture's replay then runs: on an H100 a capture of the
-Qwen2.5-0.5B shape's uncompiled loop takes about what one batch run as it is takes (20-30 ms of host time, the
-graph's instantiation 2-8 ms; ``benchmarks/results/cold-start/``), so a one-shot job pays about nothing for its
-graphs and every later batch of the bucket replays. The function is run once before a capture (on the capture's
-stream, for what it initialises lazily: cuBLAS's workspace, a compiled function's kernels for a new shape) only where
-that is needed: at the first capture of a :class:`LayerGraphs`, for every capture of a compiled function
-(``rehearse``), and again where a capture without it failed. Graphs are captured into one memory pool shared by all
-the encoder's graphs (their intermediates reuse the same memory: a replay's outputs are taken, on the same stream,
-before the next replay). At most :data:`GRAPH_LIMIT` graphs are captured; batches of buckets beyond them run as they
-are. No graph is ever dropped for another: a workload of more shapes than the limit (a server's batches of every
-size) would otherwise capture without end. Nothing here knows transformers or the layer kinds: the encoder gives
-the function to capture.
+A bucket is captured at its first batch, which the capture's replay then runs. A capture runs the function once
+before (on the capture's stream, for what it initialises lazily), captures it, and instantiates the graph: on an H100
+at the Qwen2.5-0.5B shape 23-91 ms, 17-22 ms and 6-8 ms of host time, about two batches run as they are
+(``benchmarks/results/cold-start/``); every later batch of the bucket replays in one launch, so a call pays for its
+graphs within itself once a bucket holds a few of its batches, and a second call on the same texts replays every
+one. Graphs are captured into one memory pool shared by all the encoder's graphs (their intermediates reuse the same
+memory: a replay's outputs are taken, on the same stream, before the next replay). At most :data:`GRAPH_LIMIT`
+graphs are captured; batches of buckets beyond them run as they are. No graph is ever dropped for another: a workload
+of more shapes than the limit (a server's batches of every size) would otherwise capture without end. Nothing here
+knows transformers or the layer kinds: the encoder gives the function to capture.
 """
 
 from __future__ import annotations
@@ -147,7 +145,6 @@ class LayerGraphs:
         self.captures = 0  # graphs captured so far (also those dropped by forget)
         self.capture_seconds = 0.0  # host time those captures took, their instantiation included
         self._pool: object | None = None
-        self._side: torch.cuda.Stream | None = None  # every capture's stream (its lazy state set up once)
         self._lock = threading.Lock()
 
     def run(
@@ -160,7 +157,6 @@ class LayerGraphs:
         window: int | None = None,
         extras: Extras | None = None,
         isolated: bool = False,
-        rehearse: bool = False,
     ) -> Result | None:
         """Run a packed batch through the graph of ``key`` (the plans) and its bucket; ``None``: run it eagerly.
 
@@ -179,8 +175,6 @@ class LayerGraphs:
                 names and dtypes with every batch of a key.
             isolated: a failed capture of this key turns off only this key's graphs (listed in ``refused``), not
                 every graph of the encoder.
-            rehearse: run ``body`` once before each capture (a compiled ``body``: a new shape may compile), not
-                only before the first.
         """
         if self.broken is not None or key in self.refused or torch.cuda.is_current_stream_capturing():
             return None
@@ -191,7 +185,7 @@ class LayerGraphs:
             if graph is None:
                 if len(self.graphs) >= self.limit:
                     return None
-                graph = self._capture(name, bucket, lengths, ids, body, extras, key if isolated else None, rehearse)
+                graph = self._capture(name, bucket, lengths, ids, body, extras, key if isolated else None)
                 if graph is None:
                     return None
             else:
@@ -218,7 +212,6 @@ class LayerGraphs:
         body: Body,
         extras: Extras | None,
         isolated: Hashable = None,
-        rehearse: bool = False,
     ) -> _Graph | None:
         graph = _Graph(bucket, self.device, extras)
         started = time.perf_counter()
@@ -226,18 +219,9 @@ class LayerGraphs:
             graph.fill(lengths, ids, extras)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            if self._side is None:
-                self._side, rehearse = torch.cuda.Stream(self.device), True
-
-            def run() -> dict[str, torch.Tensor]:
-                return body(graph.ids, graph.positions, graph.stream(), graph.extras)
-
-            try:
-                graph.graph, graph.outputs = capture(run, self.device, self._pool, side=self._side, rehearse=rehearse)
-            except Exception:  # something the loop sets up at its first run of a shape: once more, rehearsed
-                if rehearse:
-                    raise
-                graph.graph, graph.outputs = capture(run, self.device, self._pool, side=self._side, rehearse=True)
+            graph.graph, graph.outputs = capture(
+                lambda: body(graph.ids, graph.positions, graph.stream(), graph.extras), self.device, self._pool
+            )
         except Exception as err:  # a kernel that cannot be captured, or a host sync inside the loop
             if isolated is not None:
                 self.refused[isolated] = err
@@ -253,19 +237,10 @@ class LayerGraphs:
         return graph
 
 
-def capture(
-    run: Callable[[], Result],
-    device: torch.device,
-    pool: object,
-    *,
-    side: torch.cuda.Stream | None = None,
-    rehearse: bool = True,
-) -> tuple[torch.cuda.CUDAGraph, Result]:
+def capture(run: Callable[[], Result], device: torch.device, pool: object) -> tuple[torch.cuda.CUDAGraph, Result]:
     """``run()`` captured as a CUDA graph into the memory ``pool``: the graph, and the outputs its replays overwrite.
 
-    The capture runs on ``side`` (a new stream if ``None``). With ``rehearse``, ``run`` is called once before, on
-    that stream, for what it initialises lazily; a caller that captures on one stream again and again needs that
-    only for its first capture, or for a function that may compile a new shape. Not
+    ``run`` is called once before, on the same side stream, for what it initialises lazily. Not
     ``torch.cuda.graph()``: that synchronizes the device and empties the allocator's cache before each capture,
     which a server capturing a new shape between requests would pay for in every allocation after. The capture
     is ``thread_local``: other threads of the process (a server's) may use CUDA meanwhile.
@@ -274,13 +249,12 @@ def capture(
         RuntimeError: from torch, where ``run`` launches something a graph cannot hold (a host synchronisation).
     """
     current = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device) if side is None else side
+    side = torch.cuda.Stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.stream(side):
-            if rehearse:
-                run()
+            run()
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
             try:
                 outputs = run()

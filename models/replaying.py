@@ -149,7 +149,7 @@ class GraphReplay:
         return self._layer_graphs(device).run(
             tuple(plan.name for plan in plans), packed.lengths, batch.input_ids, self._graph_body(plans, batch.prepend),
             take=lambda outputs: {name: packed.unpack(hidden) for name, hidden in outputs.items()},
-            window=_window(plans), rehearse=self._rehearses(),
+            window=_window(plans),
         )  # fmt: skip
 
     def _replay_pooled(
@@ -225,7 +225,7 @@ class GraphReplay:
             key += (_Carrying(rider.key),)
         out = graphs.run(
             key, lengths, ids, body, take=take, window=window, extras={"row": (row, -1), "weight": (weight, 0.0)},
-            isolated=rider is not None, rehearse=self._rehearses(),
+            isolated=rider is not None,
         )  # fmt: skip
         if rider is not None and key in graphs.refused:  # this batch runs as it is, and riders stop here
             self._riders_broken = graphs.refused[key]
@@ -263,12 +263,6 @@ class GraphReplay:
             return loop(ids, positions, stream)
 
         return body
-
-    def _rehearses(self) -> bool:
-        # Whether each capture runs its function once before: a compiled loop may compile a new shape, and rotary
-        # frequencies that follow the batch's largest position (dynamic, longrope) may be rewritten at a new bucket;
-        # neither may happen inside a capture (a buffer set there would live in the graphs' pool).
-        return self.parts.compiled or self.parts.batch_wide_rotary
 
     def _graphs_apply(self, device: torch.device, longest: int) -> bool:
         # Whether a batch whose longest row has `longest` tokens may replay a CUDA graph (it then runs packed, see

@@ -166,7 +166,7 @@ class _Unrolled:
         self.device, self.keys, self.replays, self.refused, self.forgotten = device, [], 0, {}, 0
         _Unrolled.made.append(self)
 
-    def run(self, key, lengths, ids, body, take, window=None, extras=None, isolated=False, rehearse=False):
+    def run(self, key, lengths, ids, body, take, window=None, extras=None, isolated=False):
         self.keys.append(key)
         graph = _Graph(bucket_of(lengths, window), self.device, extras)
         graph.fill(lengths, ids, extras)
@@ -407,7 +407,7 @@ def test_graphs_are_made_again_for_moved_weights_and_never_replayed_with_grad(mo
             made.append(self)
             self.batches = 0
 
-        def run(self, key, lengths, ids, body, take, window=None, rehearse=False):
+        def run(self, key, lengths, ids, body, take, window=None):
             self.batches += 1
             return None  # "run it as it is"
 
@@ -477,46 +477,44 @@ def test_only_a_call_that_repays_it_compiles_the_graphs_loop(monkeypatch):
     assert encoder.compile_if_repaid(10**9) is False and calls[None] == [1, 1]
 
 
-def test_a_capture_rehearses_first_only_where_it_must(monkeypatch):
-    # Off CUDA, with torch's capture replaced by a recorder: a bucket is captured at its first batch; the function
-    # runs before the capture at the graphs' first capture, for a compiled function (rehearse=True), and again where
-    # a capture without it failed; a capture that fails rehearsed too turns the graphs off.
+def test_a_bucket_is_captured_at_its_first_batch(monkeypatch):
+    # Off CUDA, with torch's capture replaced by a recorder: the first batch of a bucket is captured and replayed (a
+    # second call on the same texts then only replays), every later one replayed; a capture that fails turns the
+    # graphs off, and past the limit new buckets run as they are.
     import nosink.models.graphs as module
 
-    captured, failing = [], set()
+    captured = []
 
     class Replayable:
         def replay(self):
             pass
 
-    def capture(run, device, pool, *, side=None, rehearse=True):
-        captured.append(rehearse)
-        if (len(captured) in failing) or ("always" in failing):
+    def capture(run, device, pool):
+        if captured and captured[-1] == "fail":
             raise RuntimeError("not capturable")
+        captured.append("ok")
         return Replayable(), run()
 
     monkeypatch.setattr(module, "capture", capture)
-    monkeypatch.setattr(torch.cuda, "Stream", lambda device: object())
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    graphs = LayerGraphs(torch.device("cpu"))
+    graphs = LayerGraphs(torch.device("cpu"), limit=3)
 
     def body(ids, positions, stream, extras):
         return {"x": ids.float()}
 
-    def run(n, **kwargs):
-        return graphs.run("k", [n], torch.zeros(1, n, dtype=torch.long), body, take=lambda out: out, **kwargs)
+    def run(n):
+        return graphs.run("k", [n], torch.zeros(1, n, dtype=torch.long), body, take=lambda out: out)
 
-    assert run(4) is not None and captured == [True]  # the first capture: rehearsed
-    assert run(4) is not None and captured == [True]  # replayed: no capture
-    assert run(100) is not None and captured == [True, False]  # a new bucket, at its first batch
-    assert run(300, rehearse=True) is not None and captured == [True, False, True]
-    failing.add(4)
-    assert run(600) is not None and captured == [True, False, True, False, True]  # failed, then rehearsed
-    assert graphs.broken is None and len(graphs.graphs) == 4 and graphs.replays == 5 and graphs.captures == 4
-    failing.add("always")
-    assert run(1200) is None and isinstance(graphs.broken, RuntimeError)  # both tries failed: graphs off
-    assert captured[-2:] == [False, True] and run(4) is None  # off for every bucket now
+    assert run(4) is not None and graphs.captures == 1 and graphs.replays == 1  # captured at once, replayed
+    assert run(4) is not None and graphs.captures == 1 and graphs.replays == 2
+    assert run(100) is not None and run(300) is not None and graphs.captures == 3
+    assert run(600) is None and graphs.captures == 3 and graphs.broken is None  # past the limit: as it is
+    graphs.limit = 10
+    captured.append("fail")
+    assert run(1200) is None and isinstance(graphs.broken, RuntimeError)
+    assert run(4) is None and graphs.replays == 4  # off for every bucket now
+    assert graphs.capture_seconds >= 0
 
 
 @needs_kernel

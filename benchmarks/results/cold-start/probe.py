@@ -29,21 +29,19 @@ from nosink.models import graphs as graphs_module
 LOG: list[dict] = []
 
 
-def timed_capture(run, device, pool, *, side=None, rehearse=True):
-    """models.graphs.capture with its parts timed (the same steps; ``side`` and ``rehearse`` as there, which the code
-    of call 1 did not have: a new stream and a rehearsal every capture)."""
+def timed_capture(run, device, pool):
+    """models.graphs.capture with its parts timed (the same steps)."""
     counters = torch._dynamo.utils.counters
     before = dict(counters["stats"])
     current = torch.cuda.current_stream(device)
-    side = torch.cuda.Stream(device) if side is None else side
+    side = torch.cuda.Stream(device)
     side.wait_stream(current)
     graph = torch.cuda.CUDAGraph()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     try:
         with torch.cuda.stream(side):
-            if rehearse:
-                run()
+            run()
             side.synchronize()
             t1 = time.perf_counter()
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
