@@ -41,6 +41,7 @@ __all__ = [
     "SAVED_FILE",
     "base_of",
     "is_adapted",
+    "check_save_target",
     "check_saved",
     "check_sink_token",
     "check_weights",
@@ -235,19 +236,14 @@ def check_weights(folder: Path) -> None:
             ) from None
 
 
-def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str]) -> Path:
-    """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
-
-    The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
-    files, and a failure part-way leaves the previous folder as it was. Returns the folder written
-    (absolute: ``~``, ``.``, ``..`` and links resolved).
+def check_save_target(directory: str | os.PathLike[str]) -> Path:
+    """The absolute folder :func:`save_encoder` would write for ``directory``, once every refusal it makes has been
+    made (see its ``Raises``): a caller that saves at the end of a long run checks first.
 
     Raises:
-        FileExistsError: if ``directory`` is a file or lies below one, a non-empty folder that is not a saved
-            encoder (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
-            directory or a folder above it (replacing it would leave the process in a deleted folder).
-        FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing (the save would
-            create folders where the link points).
+        FileExistsError: as :func:`save_encoder`.
+        FileNotFoundError: as :func:`save_encoder`.
+        PermissionError: if the folder that would hold it cannot be written.
     """
     given = printable(os.fspath(directory))
     path = Path(os.path.abspath(os.path.expanduser(os.fspath(directory))))
@@ -275,6 +271,8 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
             "holds it, and replacing it would leave this process in a deleted folder; save from another "
             "directory, or to another folder"
         )
+    if above is not None and not os.access(above, os.W_OK | os.X_OK):
+        raise PermissionError(f"refusing to save to {given}: {printable(str(above))} cannot be written")
     if directory.exists():
         if not directory.is_dir():
             raise FileExistsError(f"{printable(str(directory))} is a file: save the encoder to a folder")
@@ -283,6 +281,25 @@ def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str])
                 f"{printable(str(directory))} is not empty and holds no {SAVED_FILE}: refusing to replace a folder "
                 "that is not a saved encoder; save to a new or empty folder"
             )
+    return directory
+
+
+def save_encoder(encoder: EncoderFromDecoder, directory: str | os.PathLike[str]) -> Path:
+    """Write the encoder as a folder: ``nosink.json``, the decoder's config and safetensors weights, the tokenizer.
+
+    The folder is replaced whole (see :func:`replacing`): afterwards it holds exactly this encoder's
+    files, and a failure part-way leaves the previous folder as it was. Returns the folder written
+    (absolute: ``~``, ``.``, ``..`` and links resolved).
+
+    Raises:
+        FileExistsError: if ``directory`` is a file or lies below one, a non-empty folder that is not a saved
+            encoder (no ``nosink.json``): nosink never deletes a folder it did not write; or the current working
+            directory or a folder above it (replacing it would leave the process in a deleted folder).
+        FileNotFoundError: if ``directory``, or a folder on its path, is a link to nothing (the save would
+            create folders where the link points).
+        PermissionError: if the folder that would hold it cannot be written.
+    """
+    directory = check_save_target(directory)
     with replacing(directory) as partial:
         write_encoder_files(encoder, partial)
     return directory

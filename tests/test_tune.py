@@ -166,6 +166,17 @@ def test_a_tsv_is_read_without_quoting_and_jsonl_values_must_be_of_their_type(tm
         userdata.load_user_task("classification", data)
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_model_loads(tmp_path, capsys):
+    data = _sts_file(tmp_path / "pairs.tsv")
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("not an encoder")
+    for out, said in [(tmp_path / "a-file" / "enc", "is a file, not a folder"), (tmp_path / "full", "is not empty")]:
+        argv = ["tune", "no-such-model", "--task", "sts", "--data", str(data), "--out", str(out)]
+        assert main(argv) == 1
+        assert said in capsys.readouterr().err  # not the missing model: nothing was loaded
+
+
 def test_missing_data_and_wrong_suffix(tmp_path):
     with pytest.raises(FileNotFoundError, match="no data file at"):
         userdata.load_user_task("sts", tmp_path / "missing.tsv")

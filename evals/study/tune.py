@@ -156,16 +156,19 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
         FileNotFoundError: for missing data (before any model loads).
         ValueError: for data in another format (:data:`~nosink.evals.study.userdata.FORMATS`), or a budget too
             small for one template on this data (saying how many texts one needs).
-        FileExistsError: if ``options.out`` is a file or a folder that is not a saved encoder.
+        FileExistsError: if ``options.out`` is a file or a folder that is not a saved encoder (before any model loads).
+        PermissionError: if ``options.out`` cannot be written (before any model loads).
     """
     import torch
 
     from nosink.evals.sinks import profile_ready
     from nosink.models import EncoderFromDecoder
+    from nosink.models.saved import check_save_target
     from nosink.models.weights import MODELS, model_path
 
     o = options
     start = time.perf_counter()
+    check_save_target(o.out)  # now, not after the whole run: the folder written at the end must be writable
     task = load_user_ner(o.data, o.seed) if o.task == "ner" else load_user_task(o.task, o.data, o.seed)
     if o.instruction is not None and o.task != "ner":
         from dataclasses import replace
