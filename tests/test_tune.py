@@ -177,6 +177,30 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_model_loads(
         assert said in capsys.readouterr().err  # not the missing model: nothing was loaded
 
 
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--prepends", "0", "2"], "runs past the early exit at layer 2 (--exits, by default: 2, 3): give exits above"),
+        (["--prepends", "4"], "leaves none of this model's 4 layers after it"),
+        (["--exits", "9"], "the exit layer 9 (--exits) is not in 1..4"),
+    ],
+)
+def test_exits_and_prepend_depths_that_do_not_fit_are_refused_before_any_pass(tmp_path, model, capsys, extra, said):
+    data = _sts_file(tmp_path / "pairs.tsv")
+    argv = ["tune", str(model), "--task", "sts", "--data", str(data), "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(argv + extra) == 1
+    assert said in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_prepend_depths_without_none_still_report_a_baseline(tmp_path, model, capsys):
+    data = _sts_file(tmp_path / "pairs.tsv")
+    argv = ["tune", str(model), "--task", "sts", "--data", str(data), "--out", str(tmp_path / "o"), "--no-progress",
+            "--exits", "--templates", "instruction", "--prepends", "1"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "o" / "tune.json").read_text())
+    assert report["F*"]["prepend"] == 1 and (tmp_path / "o" / "nosink.json").is_file()
+
+
 def test_missing_data_and_wrong_suffix(tmp_path):
     with pytest.raises(FileNotFoundError, match="no data file at"):
         userdata.load_user_task("sts", tmp_path / "missing.tsv")

@@ -120,7 +120,8 @@ class TuneResult:
     Attributes:
         chosen: the configuration with the best choosing score.
         baseline: ``F*`` without a template (mean pooling): the unconverted model; where no configuration without a
-            template was tried, ``F*`` in the first template tried.
+            template was tried, ``F*`` in the first template tried; where every pass prepends (``--prepends`` without
+            0), ``F*`` at the first depth.
         best_reported: the configuration with the best reporting score (read only, never chosen by it).
         tried: every configuration scored on both splits.
         skipped: templates left out to keep within the budget or the minutes.
@@ -179,6 +180,7 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     fixed = {} if o.sink_token is None else {"sink_token": o.sink_token}
     encoder = EncoderFromDecoder.from_pretrained(model, "F*", dtype=torch.float32, **fixed)
     exits = [max(1, encoder.depth // 2), max(1, 3 * encoder.depth // 4)] if o.exits is None else list(o.exits)
+    _check_grid(encoder.depth, exits, o.prepends, o.exits is None)  # now, not after a whole pass
     choose_texts = [" ".join(s.words) for s in task[0]] if o.task == "ner" else task.texts("choose")
     # choosing-split texts only (nothing reported is read), long enough for the profile
     profile_texts = profile_ready(encoder, choose_texts[: 4 * o.profile_texts])[: o.profile_texts]
@@ -206,8 +208,9 @@ def tune(options: TuneOptions, command: str = "") -> TuneResult:
     reported = [t for t in tried if t.scored.report is not None]
     chosen = max(reported, key=lambda t: t.choose)  # the first of equal scores
     # F* without a template; where that was not tried (--templates without "instruction"), F* in the first template
-    stock = [t for t in reported if t.prepend is None and t.scored.candidate == Candidate("F*", "F*")]
-    baseline = next((t for t in stock if t.template == NO_TEMPLATE), stock[0])
+    # (and without prepending; with --prepends that leave none out, F* at the first depth)
+    stock = [t for t in reported if t.scored.candidate == Candidate("F*", "F*")]
+    baseline = min(stock, key=lambda t: (t.prepend is not None, t.template != NO_TEMPLATE))  # the first of equals
     best = max(reported, key=lambda t: t.scored.report())  # type: ignore[misc]
     c = chosen.scored.candidate
     template = None if chosen.template == NO_TEMPLATE else chosen.template
@@ -266,6 +269,30 @@ def _candidates(encoder: Any, o: TuneOptions, texts: Sequence[str]) -> list[Cand
             seen.add(str(s.spec))
             out.append(Candidate("SUGGESTED", str(s.spec)))
     return out
+
+
+def _check_grid(depth: int, exits: Sequence[int], prepends: Sequence[int | None], defaulted: bool) -> None:
+    """Refuse exits and prepend depths that do not fit the model, or each other, before anything runs.
+
+    Raises:
+        ValueError: naming the options (``--exits``, ``--prepends``) and the model's depth.
+    """
+    for exit_layer in exits:
+        if not 1 <= exit_layer <= depth:
+            raise ValueError(f"the exit layer {exit_layer} (--exits) is not in 1..{depth}, this model's layers")
+    for k in prepends:
+        if k is None:
+            continue
+        if k >= depth:
+            raise ValueError(f"Token Prepending before layers 1..{k} (--prepends {k}) leaves none of this model's "
+                             f"{depth} layers after it: give depths below {depth}")  # fmt: skip
+        low = [e for e in exits if e <= k]
+        if low:
+            raise ValueError(
+                f"Token Prepending before layers 1..{k} (--prepends {k}) runs past the early exit at layer {low[0]} "
+                f"(--exits{', by default' if defaulted else ''}: {', '.join(map(str, exits))}): give exits above "
+                f"{k}, or --exits with no value for none"
+            )
 
 
 def _cost(task: Any, exits: Sequence[int], prompts: int) -> int:
